@@ -1,0 +1,131 @@
+"""``rallypoint plugins`` and ``rallypoint config``."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+
+from rallypoint.core.cli import plugin_manager
+from rallypoint.core.errors import ConfigError, ConfigIssue
+
+__all__ = ["config", "plugins"]
+
+
+def plugin_table(pm: Any) -> list[dict[str, Any]]:
+    """Every registered plugin with its distribution, version and registrations by kind."""
+    from rallypoint.core.registry import KINDS
+
+    rows: dict[str, dict[str, Any]] = {}
+    for name, info in pm.infos.items():
+        if pm.get_plugin(name) is None:
+            continue
+        rows[name] = {
+            "name": name,
+            "distribution": info.distribution,
+            "version": info.version,
+            "builtin": info.builtin,
+            "registers": {},
+        }
+    for kind in KINDS:
+        for entry in pm.registry(kind).entries():
+            row = rows.get(entry.provider.name)
+            if row is not None:
+                row["registers"].setdefault(kind.label, []).append(entry.record.name)
+    return list(rows.values())
+
+
+@click.group()
+def plugins() -> None:
+    """Inspect installed plugins."""
+
+
+@plugins.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
+def plugins_list(as_json: bool) -> None:
+    """List every plugin: its distribution and version, and what it registers of each kind.
+
+    Built-in packages (core, rendezvous, agent, timer, collectives, rpc) are listed as well as
+    plugins found through the `rallypoint` entry-point group. Plugins that failed to load are
+    listed last with the reason.
+    """
+    pm = plugin_manager()
+    rows = plugin_table(pm)
+    failures = [
+        {"name": f.info.name, "distribution": f.info.distribution, "version": f.info.version,
+         "error": str(f.error)}
+        for f in pm.load_failures
+    ]
+    if as_json:
+        click.echo(json.dumps({"plugins": rows, "failed": failures}, indent=2))
+        return
+    width_name = max([len("PLUGIN"), *(len(r["name"]) + 2 for r in rows)])
+    dists = [f"{r['distribution'] or '-'} {r['version'] or ''}".strip() for r in rows]
+    width_dist = max([len("DISTRIBUTION"), *(len(d) for d in dists)])
+    click.echo(f"{'PLUGIN':<{width_name}}  {'DISTRIBUTION':<{width_dist}}  REGISTERS")
+    for row, dist in zip(rows, dists, strict=True):
+        regs = [f"{kind}: {', '.join(names)}" for kind, names in row["registers"].items()]
+        if not regs:
+            regs = ["hook specifications only" if row["builtin"] else "nothing yet"]
+        label = row["name"] + (" *" if row["builtin"] else "")
+        click.echo(f"{label:<{width_name}}  {dist:<{width_dist}}  {regs[0]}")
+        for more in regs[1:]:
+            click.echo(f"{'':<{width_name}}  {'':<{width_dist}}  {more}")
+    click.echo("\n* built-in package (registered without an entry point)")
+    if failures:
+        click.echo("\nfailed to load:")
+        for failure in failures:
+            click.echo(f"  {failure['error']}")
+    disabled = sorted(pm.disabled)
+    if disabled:
+        click.echo(f"\ndisabled by RALLYPOINT_DISABLE_PLUGINS: {', '.join(disabled)}")
+
+
+@click.group()
+def config() -> None:
+    """Work with job files."""
+
+
+def _parse_set(values: tuple[str, ...]) -> list[tuple[str, Any, str]]:
+    from rallypoint.core.config import parse_value
+
+    out = []
+    issues = []
+    for item in values:
+        key, sep, text = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            issues.append(ConfigIssue("--set (command line)", item, "write it as KEY=VALUE, e.g. nodes.max=4"))
+            continue
+        out.append((key, parse_value(text), f"--set {key} (command line)"))
+    if issues:
+        raise ConfigError(issues)
+    return out
+
+
+@config.command("check")
+@click.argument("job_file", type=click.Path(dir_okay=False, path_type=str))
+@click.option("--set", "-s", "set_values", multiple=True, metavar="KEY=VALUE",
+              help="Override a key, e.g. --set rendezvous.join_timeout=5m (repeatable).")
+@click.option("--json", "as_json", is_flag=True, help="Print the resolved configuration as JSON.")
+def config_check(job_file: str, set_values: tuple[str, ...], as_json: bool) -> int:
+    """Validate JOB_FILE and print the resolved configuration.
+
+    Both phases run: the file's structure, then every plugin it selects (rendezvous backend,
+    rank strategy, collective backend, timer, RPC transport) is looked up and its options table
+    validated. Each value is shown with where it was set: the file, a RALLYPOINT_* variable, a
+    --set flag, or the default. Exits 2 with every problem listed when the job is invalid.
+    """
+    from rallypoint.core.config import load_job_config, render_resolved, resolve_config
+    from rallypoint.core.config.render import resolved_as_dict
+
+    loaded = load_job_config(job_file, overrides=_parse_set(set_values))
+    resolved = resolve_config(loaded, plugin_manager())
+    if as_json:
+        click.echo(json.dumps(resolved_as_dict(resolved), indent=2))
+    else:
+        click.echo(render_resolved(resolved), nl=False)
+        click.echo(f"\n{job_file}: ok", err=True)
+    return 0
+

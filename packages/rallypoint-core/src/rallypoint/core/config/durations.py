@@ -1,0 +1,88 @@
+"""Durations in the job file: ``"250ms"``, ``"30s"``, ``"5m"``, ``"1h30m"`` or a number of seconds."""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Annotated, Any
+
+from pydantic import BeforeValidator, PlainSerializer
+from pydantic_core import PydanticCustomError
+
+__all__ = ["Duration", "format_duration", "parse_duration"]
+
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+_PART = re.compile(r"(\d+(?:\.\d+)?|\.\d+)\s*(ms|s|m|h|d)")
+_WHOLE = re.compile(r"^\s*(?:(?:\d+(?:\.\d+)?|\.\d+)\s*(?:ms|s|m|h|d)\s*)+$")
+_HINT = 'write e.g. "10m" or "30s"'
+
+
+def parse_duration(value: Any) -> float:
+    """Parse a duration into seconds.
+
+    Accepts a non-negative number of seconds, a numeric string, or units ``ms``, ``s``, ``m``,
+    ``h``, ``d``, optionally combined (``"1m30s"``).
+
+    >>> parse_duration("250ms"), parse_duration("5m"), parse_duration("1h30m"), parse_duration(2)
+    (0.25, 300.0, 5400.0, 2.0)
+
+    Raises:
+        ValueError: the value is not a duration; the message says how to write one.
+    """
+    if isinstance(value, bool):
+        raise ValueError(f"invalid duration {value!r} ({_HINT})")
+    if isinstance(value, int | float):
+        seconds = float(value)
+    elif isinstance(value, str):
+        text = value.strip().lower()
+        try:
+            seconds = float(text)
+        except ValueError:
+            if not _WHOLE.match(text):
+                raise ValueError(f"invalid duration {value!r} ({_HINT})") from None
+            seconds = sum(float(n) * _UNITS[u] for n, u in _PART.findall(text))
+    else:
+        raise ValueError(f"invalid duration {value!r} ({_HINT})")
+    if math.isnan(seconds) or math.isinf(seconds) or seconds < 0:
+        raise ValueError(f"invalid duration {value!r}: must be a finite, non-negative time ({_HINT})")
+    return seconds
+
+
+def format_duration(seconds: float) -> str:
+    """Write seconds the way a person would in the job file.
+
+    >>> format_duration(0.25), format_duration(30), format_duration(600), format_duration(5400)
+    ('250ms', '30s', '10m', '1h30m')
+    """
+    if seconds == 0:
+        return "0s"
+    if seconds < 1:
+        ms = seconds * 1000
+        return f"{ms:g}ms"
+    out = []
+    rest = seconds
+    for unit, size in (("d", 86400.0), ("h", 3600.0), ("m", 60.0)):
+        if rest >= size and (rest % size == 0 or unit != "d"):
+            count = int(rest // size)
+            if count:
+                out.append(f"{count}{unit}")
+                rest -= count * size
+    if rest:
+        out.append(f"{rest:g}s")
+    return "".join(out)
+
+
+def _validate(value: Any) -> float:
+    try:
+        return parse_duration(value)
+    except ValueError as exc:
+        raise PydanticCustomError("duration", str(exc)) from None
+
+
+#: A pydantic field type: seconds as ``float``, parsed from any accepted duration form and
+#: serialised back in human form.
+Duration = Annotated[
+    float,
+    BeforeValidator(_validate),
+    PlainSerializer(format_duration, return_type=str, when_used="json"),
+]

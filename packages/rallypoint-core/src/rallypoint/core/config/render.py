@@ -1,0 +1,88 @@
+"""Printing a resolved job back as TOML, annotated with where each value came from."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from rallypoint.core.config.resolve import ResolvedConfig
+
+__all__ = ["render_resolved", "resolved_as_dict", "toml_value"]
+
+_BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
+
+
+def toml_value(value: Any) -> str:
+    """Format a Python value as a TOML value.
+
+    >>> toml_value(["a", 1, True]), toml_value({"x": 2.5})
+    ('["a", 1, true]', '{ x = 2.5 }')
+    """
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        if not value:
+            return "{}"
+        return "{ " + ", ".join(f"{_key(k)} = {toml_value(v)}" for k, v in value.items()) + " }"
+    return json.dumps(str(value))
+
+
+def _key(key: str) -> str:
+    return key if _BARE_KEY.match(key) else json.dumps(key)
+
+
+def resolved_as_dict(resolved: ResolvedConfig) -> dict[str, Any]:
+    """The resolved job as plain data (durations in human form), plus each plugin selection."""
+    data: dict[str, Any] = resolved.config.model_dump(mode="json", exclude_none=True)
+    for key, sel in resolved.selections.items():
+        section = key.split(".")[0]
+        if sel.options is not None:
+            data[section]["options"] = sel.options.model_dump(mode="json", exclude_none=True)
+    data["plugins"] = {
+        key: {
+            "name": sel.name,
+            "provider": sel.provider.describe() if sel.provider else None,
+            "note": sel.note or None,
+        }
+        for key, sel in resolved.selections.items()
+    }
+    return data
+
+
+def render_resolved(resolved: ResolvedConfig) -> str:
+    """The resolved job as TOML; each value is followed by where it was set (or ``default``)."""
+    data = resolved_as_dict(resolved)
+    plugins = data.pop("plugins")
+    lines: list[str] = []
+    loaded = resolved.loaded
+    for section, values in data.items():
+        if lines:
+            lines.append("")
+        lines.append(f"[{section}]")
+        tables = []
+        for key, value in values.items():
+            path = f"{section}.{key}"
+            if isinstance(value, dict) and key == "options":
+                tables.append((path, value))
+                continue
+            comment = loaded.source_of(path)
+            sel = plugins.get(path)
+            if sel:
+                comment += f"; {sel['provider'] or sel['note']}"
+                if sel["provider"] and sel["note"]:
+                    comment += f" ({sel['note']})"
+            lines.append(f"{_key(key)} = {toml_value(value)}  # {comment}")
+        for path, table in tables:
+            if not table:
+                continue
+            lines.append(f"[{path}]")
+            for key, value in table.items():
+                lines.append(f"{_key(key)} = {toml_value(value)}  # {loaded.source_of(path + '.' + key)}")
+    return "\n".join(lines) + "\n"

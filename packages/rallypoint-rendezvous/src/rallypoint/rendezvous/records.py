@@ -1,0 +1,23 @@
+"""Registration records of rendezvous backends."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rallypoint.core.records import BackendRecord
+
+__all__ = ["RendezvousBackendRecord"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class RendezvousBackendRecord(BackendRecord):
+    """A rendezvous backend, selected with ``[rendezvous] backend = "<name>"``.
+
+    Attributes:
+        factory: import path of a callable ``(run_id, options) -> backend`` returning an object
+            that implements the rendezvous backend protocol (a key-value space scoped by run_id).
+        options_model: pydantic model of ``[rendezvous.options]``.
+        multi_host: whether agents on different hosts can share it (``memory`` cannot).
+    """
+
+    multi_host: bool = True

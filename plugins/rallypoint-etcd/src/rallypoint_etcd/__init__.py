@@ -1,0 +1,1 @@
+"""etcd v3 rendezvous backend for rallypoint (leases, watches, transactions)."""

@@ -1,0 +1,5 @@
+"""rallypoint hooks of the file plugin.
+
+The plugin is installed and registered through the `rallypoint` entry point; the records it
+registers are added here as their implementations land.
+"""

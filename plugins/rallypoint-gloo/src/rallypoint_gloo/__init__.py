@@ -1,0 +1,1 @@
+"""Gloo collective backend for rallypoint (CPU tensors; the default when no GPU is usable)."""

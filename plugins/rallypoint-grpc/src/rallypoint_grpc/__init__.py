@@ -1,0 +1,1 @@
+"""gRPC rendezvous server and client backend for rallypoint."""

@@ -1,0 +1,1 @@
+"""NCCL collective backend for rallypoint (CUDA tensors)."""

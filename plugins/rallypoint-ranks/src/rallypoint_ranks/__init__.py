@@ -1,0 +1,1 @@
+"""Rank-assignment strategies for rallypoint: topology, explicit, env."""
