@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 from pydantic_core import PydanticCustomError
 
-from rallypoint.core.config.durations import Duration
+from rallypoint.core.config.durations import Duration, format_duration
 
 __all__ = [
     "AgentSection",
@@ -42,7 +42,7 @@ def _nproc(value: Any) -> int | str:
     if isinstance(value, str) and value.strip().isdigit() and int(value) >= 1:
         return int(value)
     raise PydanticCustomError(
-        "nproc", "expected a positive number of workers or \"auto\", got {value!r}", {"value": value}
+        "nproc", "expected a positive number of workers or \"auto\", got {value}", {"value": repr(value)}
     )
 
 
@@ -53,8 +53,8 @@ def _tee(value: Any) -> str | list[int]:
         return list(value)
     raise PydanticCustomError(
         "tee",
-        'expected "all", "rank0", "none" or a list of ranks such as [0, 3], got {value!r}',
-        {"value": value},
+        'expected "all", "rank0", "none" or a list of ranks such as [0, 3], got {value}',
+        {"value": repr(value)},
     )
 
 
@@ -119,8 +119,9 @@ class RendezvousSection(Section):
         if self.heartbeat_timeout <= self.heartbeat_interval:
             raise PydanticCustomError(
                 "heartbeat",
-                "heartbeat_timeout ({timeout:g}s) must be longer than heartbeat_interval ({interval:g}s)",
-                {"timeout": self.heartbeat_timeout, "interval": self.heartbeat_interval},
+                "heartbeat_timeout ({timeout}) must be longer than heartbeat_interval ({interval})",
+                {"timeout": format_duration(self.heartbeat_timeout),
+                 "interval": format_duration(self.heartbeat_interval)},
             )
         return self
 
