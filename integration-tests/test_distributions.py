@@ -19,7 +19,9 @@ import pytest
 from packaging.requirements import Requirement
 
 ROOT = Path(__file__).resolve().parents[1]
-DISTRIBUTIONS = sorted(p.parent for p in [*ROOT.glob("packages/*/pyproject.toml"), *ROOT.glob("plugins/*/pyproject.toml")])
+DISTRIBUTIONS = sorted(
+    p.parent for p in [*ROOT.glob("packages/*/pyproject.toml"), *ROOT.glob("plugins/*/pyproject.toml")]
+)
 FRAMEWORK = ["core", "rendezvous", "agent", "timer", "collectives", "rpc"]
 PLUGINS = ["file", "grpc", "etcd", "gloo", "nccl", "ranks"]
 
@@ -39,12 +41,17 @@ def test_the_monorepo_has_every_distribution() -> None:
 def test_builds_wheel_and_sdist(dist_dir: Path, tmp_path: Path) -> None:
     result = subprocess.run(
         [sys.executable, "-m", "hatchling", "build", "-d", str(tmp_path)],
-        cwd=dist_dir, capture_output=True, text=True, timeout=120,
+        cwd=dist_dir,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert result.returncode == 0, result.stderr
     wheels = list(tmp_path.glob("*.whl"))
     sdists = list(tmp_path.glob("*.tar.gz"))
-    assert len(wheels) == 1 and len(sdists) == 1, sorted(p.name for p in tmp_path.iterdir())
+    built = sorted(p.name for p in tmp_path.iterdir())
+    assert len(wheels) == 1, built
+    assert len(sdists) == 1, built
     with zipfile.ZipFile(wheels[0]) as wheel:
         names = wheel.namelist()
         metadata_name = next(n for n in names if n.endswith(".dist-info/METADATA"))
@@ -60,7 +67,9 @@ def test_builds_wheel_and_sdist(dist_dir: Path, tmp_path: Path) -> None:
         assert f"rallypoint_{short}/py.typed" in names
         assert f"{short} = rallypoint_{short}.hooks" in entry_points
     required = {
-        Requirement(line.split(":", 1)[1].strip()) for line in metadata.splitlines() if line.startswith("Requires-Dist:")
+        Requirement(line.split(":", 1)[1].strip())
+        for line in metadata.splitlines()
+        if line.startswith("Requires-Dist:")
     }
     for dep in _project(dist_dir).get("dependencies", []):
         assert Requirement(dep) in required, f"{dep} is not declared in the wheel metadata"

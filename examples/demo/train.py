@@ -16,6 +16,7 @@ import torch.distributed as dist
 
 
 def main() -> None:
+    """Train, check that every rank holds the same weights, print the result."""
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--lr", type=float, default=0.1)

@@ -10,8 +10,14 @@ from rallypoint.core.records import CliCommand
 def rallypoint_cli_commands() -> list[CliCommand]:
     """The core subcommands."""
     return [
-        CliCommand(name="plugins", summary="Show installed plugins and what they register.",
-                   command="rallypoint.core.commands:plugins"),
-        CliCommand(name="config", summary="Check a job file and show the resolved configuration.",
-                   command="rallypoint.core.commands:config"),
+        CliCommand(
+            name="plugins",
+            summary="Show installed plugins and what they register.",
+            command="rallypoint.core.commands:plugins",
+        ),
+        CliCommand(
+            name="config",
+            summary="Check a job file and show the resolved configuration.",
+            command="rallypoint.core.commands:config",
+        ),
     ]

@@ -111,8 +111,14 @@ def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> 
 
 
 @click.group(cls=PluginGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
-@click.option("--version", is_flag=True, expose_value=False, is_eager=True, callback=_print_version,
-              help="Show the versions of the installed rallypoint packages and exit.")
+@click.option(
+    "--version",
+    is_flag=True,
+    expose_value=False,
+    is_eager=True,
+    callback=_print_version,
+    help="Show the versions of the installed rallypoint packages and exit.",
+)
 def cli() -> None:
     """rallypoint: launch and coordinate distributed PyTorch training.
 
@@ -128,8 +134,14 @@ def cli() -> None:
     """
 
 
-def _show_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
-                  file: Any = None, line: str | None = None) -> None:
+def _show_warning(
+    message: Warning | str,
+    category: type[Warning],
+    filename: str,
+    lineno: int,
+    file: Any = None,
+    line: str | None = None,
+) -> None:
     from rallypoint.core.plugins import PluginLoadWarning
 
     if issubclass(category, PluginLoadWarning):

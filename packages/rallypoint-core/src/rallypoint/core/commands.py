@@ -53,8 +53,7 @@ def plugins_list(as_json: bool) -> None:
     pm = plugin_manager()
     rows = plugin_table(pm)
     failures = [
-        {"name": f.info.name, "distribution": f.info.distribution, "version": f.info.version,
-         "error": str(f.error)}
+        {"name": f.info.name, "distribution": f.info.distribution, "version": f.info.version, "error": str(f.error)}
         for f in pm.load_failures
     ]
     if as_json:
@@ -106,8 +105,14 @@ def _parse_set(values: tuple[str, ...]) -> list[tuple[str, Any, str]]:
 
 @config.command("check")
 @click.argument("job_file", type=click.Path(dir_okay=False, path_type=str))
-@click.option("--set", "-s", "set_values", multiple=True, metavar="KEY=VALUE",
-              help="Override a key, e.g. --set rendezvous.join_timeout=5m (repeatable).")
+@click.option(
+    "--set",
+    "-s",
+    "set_values",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Override a key, e.g. --set rendezvous.join_timeout=5m (repeatable).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the resolved configuration as JSON.")
 def config_check(job_file: str, set_values: tuple[str, ...], as_json: bool) -> int:
     """Validate JOB_FILE and print the resolved configuration.
@@ -128,4 +133,3 @@ def config_check(job_file: str, set_values: tuple[str, ...], as_json: bool) -> i
         click.echo(render_resolved(resolved), nl=False)
         click.echo(f"\n{job_file}: ok", err=True)
     return 0
-

@@ -131,7 +131,7 @@ def _version_of(distribution: str) -> str | None:
 
 
 def _env_flag(value: str | None) -> bool:
-    return bool(value) and value.strip().lower() not in ("0", "false", "no", "off", "")
+    return value is not None and value.strip().lower() not in ("0", "false", "no", "off", "")
 
 
 class RallypointPluginManager(pluggy.PluginManager):
@@ -174,8 +174,12 @@ class RallypointPluginManager(pluggy.PluginManager):
         return None
 
     def _fail(self, info: PluginInfo, exc: BaseException) -> None:
-        error = exc if isinstance(exc, PluginLoadError) else PluginLoadError(
-            info.name, f"{info.distribution or 'unknown distribution'} {info.version or ''}".strip(), exc
+        error = (
+            exc
+            if isinstance(exc, PluginLoadError)
+            else PluginLoadError(
+                info.name, f"{info.distribution or 'unknown distribution'} {info.version or ''}".strip(), exc
+            )
         )
         self.load_failures.append(LoadFailure(info, error))
         warnings.warn(str(error), PluginLoadWarning, stacklevel=3)
@@ -214,11 +218,16 @@ def _load_entry_points(pm: RallypointPluginManager) -> None:
             continue
         seen[ep.name] = info
         if pm.has_plugin(ep.name):
-            pm._fail(info, PluginLoadError(
-                ep.name, f"{dist} {version}",
-                PluginConflictError("plugin", ep.name, pm.info_for(pm.get_plugin(ep.name)).describe(),
-                                    info.describe()),
-            ))
+            pm._fail(
+                info,
+                PluginLoadError(
+                    ep.name,
+                    f"{dist} {version}",
+                    PluginConflictError(
+                        "plugin", ep.name, pm.info_for(pm.get_plugin(ep.name)).describe(), info.describe()
+                    ),
+                ),
+            )
             continue
         try:
             plugin = ep.load()
@@ -276,11 +285,13 @@ def get_plugin_manager(
     if autoload:
         _load_entry_points(pm)
 
-    items = plugins.items() if isinstance(plugins, Mapping) else ((None, p) for p in plugins)
-    for name, plugin in items:
-        plugin_name = name or getattr(plugin, "__name__", None) or f"{type(plugin).__name__}-{id(plugin):x}"
+    items: Iterable[tuple[str | None, object]] = (
+        plugins.items() if isinstance(plugins, Mapping) else ((None, p) for p in plugins)
+    )
+    for given_name, plugin in items:
+        plugin_name = given_name or getattr(plugin, "__name__", None) or f"{type(plugin).__name__}-{id(plugin):x}"
         module = plugin if isinstance(plugin, ModuleType) else None
-        dist = getattr(module, "__distribution__", None) if module else None
+        dist: str | None = getattr(module, "__distribution__", None) if module else None
         pm.register_plugin(plugin, PluginInfo(plugin_name, dist, _version_of(dist) if dist else None))
 
     pm.check_pending()

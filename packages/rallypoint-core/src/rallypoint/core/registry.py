@@ -55,24 +55,27 @@ class PluginKind:
 
 
 RENDEZVOUS_BACKENDS = PluginKind(
-    "rallypoint_rendezvous_backends", "rendezvous backend", "rallypoint-rendezvous", BackendRecord,
+    "rallypoint_rendezvous_backends",
+    "rendezvous backend",
+    "rallypoint-rendezvous",
+    BackendRecord,
     config_key="rendezvous.backend",
 )
 RANK_STRATEGIES = PluginKind(
-    "rallypoint_rank_strategies", "rank strategy", "rallypoint-agent", BackendRecord,
-    config_key="ranks.strategy"
+    "rallypoint_rank_strategies", "rank strategy", "rallypoint-agent", BackendRecord, config_key="ranks.strategy"
 )
 COLLECTIVE_BACKENDS = PluginKind(
-    "rallypoint_collective_backends", "collective backend", "rallypoint-collectives", BackendRecord,
+    "rallypoint_collective_backends",
+    "collective backend",
+    "rallypoint-collectives",
+    BackendRecord,
     config_key="collectives.backend",
 )
 TIMER_BACKENDS = PluginKind(
-    "rallypoint_timer_backends", "timer backend", "rallypoint-timer", BackendRecord,
-    config_key="timer.watchdog"
+    "rallypoint_timer_backends", "timer backend", "rallypoint-timer", BackendRecord, config_key="timer.watchdog"
 )
 RPC_TRANSPORTS = PluginKind(
-    "rallypoint_rpc_transports", "RPC transport", "rallypoint-rpc", BackendRecord,
-    config_key="rpc.transport"
+    "rallypoint_rpc_transports", "RPC transport", "rallypoint-rpc", BackendRecord, config_key="rpc.transport"
 )
 CLI_COMMANDS = PluginKind("rallypoint_cli_commands", "CLI command", "rallypoint-core", CliCommand)
 
@@ -101,8 +104,9 @@ class Registry(Generic[R]):
     Build one with :meth:`Registry.collect` (or ``pm.registry(kind)``, which caches it).
     """
 
-    def __init__(self, kind: PluginKind, entries: list[Entry[R]], *, declared: bool = True,
-                 broken: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self, kind: PluginKind, entries: list[Entry[R]], *, declared: bool = True, broken: tuple[str, ...] = ()
+    ) -> None:
         self.kind = kind
         self.declared = declared
         self.broken = broken

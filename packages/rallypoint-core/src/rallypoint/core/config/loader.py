@@ -98,12 +98,12 @@ def env_overrides(environ: Mapping[str, str]) -> list[tuple[str, Any, str]]:
     for var in sorted(environ):
         if not var.startswith(ENV_PREFIX):
             continue
-        rest = var[len(ENV_PREFIX):].lower()
+        rest = var[len(ENV_PREFIX) :].lower()
         section, _, key = rest.partition("_")
         if section not in SECTIONS or not key:
             continue
         if key.startswith("options_") and len(key) > len("options_"):
-            key = "options." + key[len("options_"):]
+            key = "options." + key[len("options_") :]
         found.append((f"{section}.{key}", parse_value(environ[var]), f"{var} (environment)"))
     return found
 
@@ -128,9 +128,7 @@ def _model_at(model: type[BaseModel], loc: tuple[int | str, ...]) -> type[BaseMo
             return None
         annotation = info.annotation
         candidates = [annotation, *getattr(annotation, "__args__", ())]
-        current = next(
-            (c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)), None
-        )
+        current = next((c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)), None)
     return current if isinstance(current, type) and issubclass(current, BaseModel) else None
 
 
@@ -172,8 +170,12 @@ def _message(error: Mapping[str, Any], model: type[BaseModel], loc: tuple[int | 
     if kind in ("dict_type", "model_type", "model_attributes_type"):
         return f"expected a table, got {_describe_input(value)}"
     if kind in ("greater_than_equal", "greater_than", "less_than_equal", "less_than"):
-        words = {"greater_than_equal": ("at least", "ge"), "greater_than": ("greater than", "gt"),
-                 "less_than_equal": ("at most", "le"), "less_than": ("less than", "lt")}[kind]
+        words = {
+            "greater_than_equal": ("at least", "ge"),
+            "greater_than": ("greater than", "gt"),
+            "less_than_equal": ("at most", "le"),
+            "less_than": ("less than", "lt"),
+        }[kind]
         return f"must be {words[0]} {ctx.get(words[1])}, got {value!r}"
     if kind == "literal_error":
         return f"expected {ctx.get('expected')}, got {_describe_input(value)}"

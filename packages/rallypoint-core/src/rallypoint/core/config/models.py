@@ -42,7 +42,7 @@ def _nproc(value: Any) -> int | str:
     if isinstance(value, str) and value.strip().isdigit() and int(value) >= 1:
         return int(value)
     raise PydanticCustomError(
-        "nproc", "expected a positive number of workers or \"auto\", got {value}", {"value": repr(value)}
+        "nproc", 'expected a positive number of workers or "auto", got {value}', {"value": repr(value)}
     )
 
 
@@ -106,7 +106,9 @@ class RendezvousSection(Section):
     """``[rendezvous]``: how agents find each other. ``options`` belong to the backend."""
 
     backend: str = "memory"
-    run_id: str | None = Field(default=None, description="Job identity shared by all agents; generated when standalone.")
+    run_id: str | None = Field(
+        default=None, description="Job identity shared by all agents; generated when standalone."
+    )
     join_timeout: PositiveDuration = 600.0
     last_call_timeout: Duration = 5.0
     close_timeout: PositiveDuration = 30.0
@@ -120,8 +122,10 @@ class RendezvousSection(Section):
             raise PydanticCustomError(
                 "heartbeat",
                 "heartbeat_timeout ({timeout}) must be longer than heartbeat_interval ({interval})",
-                {"timeout": format_duration(self.heartbeat_timeout),
-                 "interval": format_duration(self.heartbeat_interval)},
+                {
+                    "timeout": format_duration(self.heartbeat_timeout),
+                    "interval": format_duration(self.heartbeat_interval),
+                },
             )
         return self
 

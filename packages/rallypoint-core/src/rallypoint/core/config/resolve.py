@@ -97,19 +97,31 @@ def _resolve_one(
     if name in sel.special:
         if name == "auto":
             if not registry.names():
-                issues.append(ConfigIssue(source, key, (
-                    f"'auto' needs at least one {sel.kind.label}, and none is installed; "
-                    f"pip install rallypoint-gloo"
-                )))
+                issues.append(
+                    ConfigIssue(
+                        source,
+                        key,
+                        (
+                            f"'auto' needs at least one {sel.kind.label}, and none is installed; "
+                            f"pip install rallypoint-gloo"
+                        ),
+                    )
+                )
                 return None
             return Selection(key, name, note=f"picked at run time among: {', '.join(registry.names())}")
         return Selection(key, name, note="disabled")
     if not registry.declared:
         if loaded.is_explicit(key) or loaded.is_explicit(f"{sel.section}.options"):
-            issues.append(ConfigIssue(source, key, (
-                f"{sel.kind.label} {name!r} needs {sel.kind.distribution}, which is not installed; "
-                f"pip install {sel.kind.distribution}"
-            )))
+            issues.append(
+                ConfigIssue(
+                    source,
+                    key,
+                    (
+                        f"{sel.kind.label} {name!r} needs {sel.kind.distribution}, which is not installed; "
+                        f"pip install {sel.kind.distribution}"
+                    ),
+                )
+            )
         return Selection(key, name, note=f"{sel.kind.distribution} not installed")
     try:
         entry = registry.entry(name)
@@ -130,17 +142,22 @@ def _resolve_one(
     options: BaseModel | None = None
     if record.options_model is None:
         if raw_options:
-            issues.append(ConfigIssue(loaded.source_of(options_key), options_key, (
-                f"{sel.kind.label} {record.name!r} takes no options; remove "
-                f"{', '.join(sorted(raw_options))}"
-            )))
+            issues.append(
+                ConfigIssue(
+                    loaded.source_of(options_key),
+                    options_key,
+                    (f"{sel.kind.label} {record.name!r} takes no options; remove {', '.join(sorted(raw_options))}"),
+                )
+            )
     else:
         try:
             options = record.options_model.model_validate(raw_options)
         except ValidationError as exc:
-            issues.extend(issues_from_validation(
-                exc, record.options_model, prefix=(sel.section, "options"), source_of=loaded.source_of
-            ))
+            issues.extend(
+                issues_from_validation(
+                    exc, record.options_model, prefix=(sel.section, "options"), source_of=loaded.source_of
+                )
+            )
     return Selection(key, name, record, entry.provider, options)
 
 
