@@ -1,9 +1,12 @@
-"""The agent package as a rallypoint plugin: adds its hook specifications."""
+"""The agent package as a rallypoint plugin: adds its hook specifications and built-in strategies."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import pluggy
 
+from rallypoint.agent.records import RankStrategyRecord
 from rallypoint.core.plugins import hookimpl
 
 
@@ -13,3 +16,15 @@ def rallypoint_addhooks(pluginmanager: pluggy.PluginManager) -> None:
     from rallypoint.agent import hookspecs
 
     pluginmanager.add_hookspecs(hookspecs)
+
+
+@hookimpl
+def rallypoint_rank_strategies() -> Iterable[RankStrategyRecord]:
+    """Register the built-in torchrun-compatible ``default`` rank strategy."""
+    return [
+        RankStrategyRecord(
+            name="default",
+            summary="torchrun-compatible: nodes in group-rank order, consecutive ranks per node",
+            factory="rallypoint.agent.ranks:DefaultStrategy",
+        )
+    ]
