@@ -13,8 +13,13 @@ from rallypoint.core.errors import ConfigError, ConfigIssue
 __all__ = ["config", "plugins"]
 
 
-def plugin_table(pm: Any) -> list[dict[str, Any]]:
-    """Every registered plugin with its distribution, version and registrations by kind."""
+def plugin_table(pm: Any, conflicts: list[str] | None = None) -> list[dict[str, Any]]:
+    """Every registered plugin with its distribution, version and registrations by kind.
+
+    A kind whose registrations conflict (one name registered twice) is left out of the table
+    and its error appended to ``conflicts``, so the rest of the listing is still shown.
+    """
+    from rallypoint.core.errors import PluginConflictError
     from rallypoint.core.registry import KINDS
 
     rows: dict[str, dict[str, Any]] = {}
@@ -29,7 +34,14 @@ def plugin_table(pm: Any) -> list[dict[str, Any]]:
             "registers": {},
         }
     for kind in KINDS:
-        for entry in pm.registry(kind).entries():
+        try:
+            registry = pm.registry(kind)
+        except PluginConflictError as exc:
+            if conflicts is None:
+                raise
+            conflicts.append(str(exc))
+            continue
+        for entry in registry.entries():
             row = rows.get(entry.provider.name)
             if row is not None:
                 row["registers"].setdefault(kind.label, []).append(entry.record.name)
@@ -43,22 +55,24 @@ def plugins() -> None:
 
 @plugins.command("list")
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
-def plugins_list(as_json: bool) -> None:
+def plugins_list(as_json: bool) -> int:
     """List every plugin: its distribution and version, and what it registers of each kind.
 
     Built-in packages (core, rendezvous, agent, timer, collectives, rpc) are listed as well as
     plugins found through the `rallypoint` entry-point group. Plugins that failed to load are
-    listed last with the reason.
+    listed last with the reason. Exits 2 when two plugins register the same name (the listing
+    is still printed, with the conflict).
     """
     pm = plugin_manager()
-    rows = plugin_table(pm)
+    conflicts: list[str] = []
+    rows = plugin_table(pm, conflicts)
     failures = [
         {"name": f.info.name, "distribution": f.info.distribution, "version": f.info.version, "error": str(f.error)}
         for f in pm.load_failures
     ]
     if as_json:
-        click.echo(json.dumps({"plugins": rows, "failed": failures}, indent=2))
-        return
+        click.echo(json.dumps({"plugins": rows, "failed": failures, "conflicts": conflicts}, indent=2))
+        return 2 if conflicts else 0
     width_name = max([len("PLUGIN"), *(len(r["name"]) + 2 for r in rows)])
     dists = [f"{r['distribution'] or '-'} {r['version'] or ''}".strip() for r in rows]
     width_dist = max([len("DISTRIBUTION"), *(len(d) for d in dists)])
@@ -79,6 +93,12 @@ def plugins_list(as_json: bool) -> None:
     disabled = sorted(pm.disabled)
     if disabled:
         click.echo(f"\ndisabled by RALLYPOINT_DISABLE_PLUGINS: {', '.join(disabled)}")
+    if conflicts:
+        click.echo("\nconflicts (these registrations cannot be used until resolved):", err=True)
+        for conflict in conflicts:
+            click.echo(f"  {conflict}", err=True)
+        return 2
+    return 0
 
 
 @click.group()

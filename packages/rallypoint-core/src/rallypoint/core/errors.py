@@ -89,7 +89,8 @@ class UnknownPluginError(PluginError):
         if self.broken:
             parts.append("plugins that failed to load: " + ", ".join(self.broken))
         hint = "Install plugins with pip install rallypoint-<name>; see rallypoint plugins list"
-        super().__init__("; ".join(parts) + ". " + hint)
+        text = "; ".join(parts)
+        super().__init__(text + ("" if text.endswith("?") else ".") + " " + hint)
 
 
 class PluginConflictError(PluginError):

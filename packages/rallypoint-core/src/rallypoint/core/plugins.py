@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 import pluggy
 
-from rallypoint.core.errors import PluginConflictError, PluginLoadError
+from rallypoint.core.errors import PluginConflictError, PluginError, PluginLoadError
 
 if TYPE_CHECKING:
     from rallypoint.core.registry import PluginKind, Registry
@@ -44,6 +44,7 @@ __all__ = [
     "PluginInfo",
     "PluginLoadWarning",
     "RallypointPluginManager",
+    "UnknownHookError",
     "get_plugin_manager",
     "hookimpl",
     "hookspec",
@@ -236,6 +237,36 @@ def _load_entry_points(pm: RallypointPluginManager) -> None:
             pm._fail(info, exc)
 
 
+def _set_aside_orphans(pm: RallypointPluginManager) -> None:
+    """Turn plugins that implement hooks of an absent built-in package into load failures.
+
+    When a built-in package is disabled (``RALLYPOINT_DISABLE_PLUGINS=collectives``) or not
+    installed, its hook specifications are never added, so every plugin implementing its hooks
+    would fail :meth:`~pluggy.PluginManager.check_pending` and stop every command. Such a plugin is
+    unregistered and reported instead. With every built-in present an unknown hook is still an
+    error (a misspelled hook name).
+    """
+    missing = [b.name for b in BUILTIN_PLUGINS if not pm.has_plugin(b.name)]
+    if not missing:
+        return
+    for hook_name in list(vars(pm.hook)):
+        caller = getattr(pm.hook, hook_name)
+        if hook_name.startswith("_") or not isinstance(caller, pluggy.HookCaller) or caller.has_spec():
+            continue
+        for impl in caller.get_hookimpls():
+            info = pm.info_for(impl.plugin)
+            if impl.optionalhook or info.builtin or not pm.is_registered(impl.plugin):
+                continue
+            pm.unregister(impl.plugin)
+            pm._fail(
+                info,
+                PluginError(
+                    f"it implements {hook_name}, a hook that no installed package declares "
+                    f"(built-in packages disabled or not installed: {', '.join(missing)})"
+                ),
+            )
+
+
 def get_plugin_manager(
     *,
     plugins: Iterable[object] | Mapping[str, object] = (),
@@ -260,7 +291,9 @@ def get_plugin_manager(
 
     Raises:
         pluggy.PluginValidationError: a registered plugin implements a hook that no
-            specification declares (usually a misspelled hook name).
+            specification declares (usually a misspelled hook name). When a built-in package
+            is disabled or not installed, plugins implementing hooks nobody declares are
+            unregistered and reported as load failures instead.
 
     Example:
         >>> pm = get_plugin_manager(autoload=False)
@@ -294,5 +327,42 @@ def get_plugin_manager(
         dist: str | None = getattr(module, "__distribution__", None) if module else None
         pm.register_plugin(plugin, PluginInfo(plugin_name, dist, _version_of(dist) if dist else None))
 
-    pm.check_pending()
+    _set_aside_orphans(pm)
+    try:
+        pm.check_pending()
+    except pluggy.PluginValidationError as exc:
+        raise _hook_error(pm, exc) from None
     return pm
+
+
+class UnknownHookError(PluginError, pluggy.PluginValidationError):
+    """A plugin implements a hook that no installed package declares (usually a misspelling).
+
+    It is both a :class:`~rallypoint.core.errors.PluginError` (the CLI shows the message and
+    exits 2) and a :class:`pluggy.PluginValidationError`.
+    """
+
+    def __init__(self, plugin: object, message: str) -> None:
+        pluggy.PluginValidationError.__init__(self, plugin, message)
+
+
+def _hook_error(pm: RallypointPluginManager, exc: pluggy.PluginValidationError) -> UnknownHookError:
+    from rallypoint.core.errors import did_you_mean
+
+    info = pm.info_for(exc.plugin)
+    known = [name for name in vars(pm.hook) if getattr(pm.hook, name).has_spec()]
+    unknown = [
+        name
+        for name in vars(pm.hook)
+        if not name.startswith("_")
+        and not getattr(pm.hook, name).has_spec()
+        and any(impl.plugin is exc.plugin for impl in getattr(pm.hook, name).get_hookimpls())
+    ]
+    hook = unknown[0] if unknown else "?"
+    guess = did_you_mean(hook, known)
+    hint = f"; did you mean {guess!r}?" if guess else ""
+    return UnknownHookError(
+        exc.plugin,
+        f"plugin {info.describe()} implements {hook!r}, a hook that no installed package declares{hint} "
+        f"Fix the hook name in the plugin, or disable it with {DISABLE_PLUGINS_ENV}={info.name}",
+    )

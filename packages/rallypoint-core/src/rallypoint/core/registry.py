@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Generic, TypeVar
 
 from rallypoint.core.errors import PluginConflictError, PluginError, PluginLoadError, UnknownPluginError
-from rallypoint.core.records import BackendRecord, CliCommand, PluginRecord, normalize_name
+from rallypoint.core.records import BackendRecord, CliCommand, PluginRecord, load_object, normalize_name
 
 if TYPE_CHECKING:
     from rallypoint.core.plugins import PluginInfo, RallypointPluginManager
@@ -43,8 +43,12 @@ class PluginKind:
         label: how messages call one of them, e.g. ``"rendezvous backend"``.
         distribution: the distribution that declares the hook specification; when it is not
             installed, nothing of this kind can be registered.
-        record_type: the record class implementations must return.
+        record_type: the record class implementations must return (a base class that core knows).
         config_key: where the job file selects one, e.g. ``"rendezvous.backend"``.
+        record_class: import path of the subsystem's own record class, e.g.
+            ``"rallypoint.rendezvous.records:RendezvousBackendRecord"``; when set, records must be
+            instances of it. It is imported only when the registry is collected, i.e. only when
+            the subsystem that declares the hook is installed.
     """
 
     hook: str
@@ -52,6 +56,18 @@ class PluginKind:
     distribution: str
     record_type: type[PluginRecord] = PluginRecord
     config_key: str | None = None
+    record_class: str | None = None
+
+    def expected_type(self) -> type[PluginRecord]:
+        """The record class implementations of :attr:`hook` must return."""
+        if self.record_class:
+            try:
+                cls = load_object(self.record_class)
+            except PluginError:  # the declaring subsystem is not importable: check the base only
+                return self.record_type
+            if isinstance(cls, type) and issubclass(cls, self.record_type):
+                return cls
+        return self.record_type
 
 
 RENDEZVOUS_BACKENDS = PluginKind(
@@ -60,9 +76,15 @@ RENDEZVOUS_BACKENDS = PluginKind(
     "rallypoint-rendezvous",
     BackendRecord,
     config_key="rendezvous.backend",
+    record_class="rallypoint.rendezvous.records:RendezvousBackendRecord",
 )
 RANK_STRATEGIES = PluginKind(
-    "rallypoint_rank_strategies", "rank strategy", "rallypoint-agent", BackendRecord, config_key="ranks.strategy"
+    "rallypoint_rank_strategies",
+    "rank strategy",
+    "rallypoint-agent",
+    BackendRecord,
+    config_key="ranks.strategy",
+    record_class="rallypoint.agent.records:RankStrategyRecord",
 )
 COLLECTIVE_BACKENDS = PluginKind(
     "rallypoint_collective_backends",
@@ -70,12 +92,23 @@ COLLECTIVE_BACKENDS = PluginKind(
     "rallypoint-collectives",
     BackendRecord,
     config_key="collectives.backend",
+    record_class="rallypoint.collectives.records:CollectiveBackendRecord",
 )
 TIMER_BACKENDS = PluginKind(
-    "rallypoint_timer_backends", "timer backend", "rallypoint-timer", BackendRecord, config_key="timer.watchdog"
+    "rallypoint_timer_backends",
+    "timer backend",
+    "rallypoint-timer",
+    BackendRecord,
+    config_key="timer.watchdog",
+    record_class="rallypoint.timer.records:TimerBackendRecord",
 )
 RPC_TRANSPORTS = PluginKind(
-    "rallypoint_rpc_transports", "RPC transport", "rallypoint-rpc", BackendRecord, config_key="rpc.transport"
+    "rallypoint_rpc_transports",
+    "RPC transport",
+    "rallypoint-rpc",
+    BackendRecord,
+    config_key="rpc.transport",
+    record_class="rallypoint.rpc.records:RpcTransportRecord",
 )
 CLI_COMMANDS = PluginKind("rallypoint_cli_commands", "CLI command", "rallypoint-core", CliCommand)
 
@@ -123,7 +156,7 @@ class Registry(Generic[R]):
     def collect(cls, pm: RallypointPluginManager, kind: PluginKind) -> Registry[R]:
         """Call every implementation of ``kind.hook`` and build the registry.
 
-        A plugin whose hook raises, or returns something that is not a ``kind.record_type``, is
+        A plugin whose hook raises, or returns something that is not a ``kind.expected_type()``, is
         reported as a load failure (a warning) and contributes nothing.
 
         Raises:
@@ -134,17 +167,17 @@ class Registry(Generic[R]):
         if caller is None or not caller.has_spec():
             return cls(kind, [], declared=False, broken=broken)
         entries: list[Entry[R]] = []
-        # pluggy calls implementations last-registered first; reverse for registration order.
-        for impl in reversed(caller.get_hookimpls()):
+        expected = kind.expected_type()
+        # get_hookimpls() lists implementations in registration order (pluggy *calls* them in
+        # reverse); keep that order so that "first" and "second" in conflicts mean what they say.
+        for impl in caller.get_hookimpls():
             info = pm.info_for(impl.plugin)
             try:
                 result = impl.function()
                 records = list(result or ())
                 for record in records:
-                    if not isinstance(record, kind.record_type):
-                        raise PluginError(
-                            f"{kind.hook} returned {record!r}; expected {kind.record_type.__name__} records"
-                        )
+                    if not isinstance(record, expected):
+                        raise PluginError(f"{kind.hook} returned {record!r}; expected {expected.__name__} records")
             except Exception as exc:  # noqa: BLE001 - one broken plugin must not hide the others
                 pm._fail(info, PluginLoadError(info.name, info.describe(), exc))
                 continue

@@ -42,13 +42,27 @@ class LoadedConfig:
     path: Path | None
     sources: dict[str, str] = field(default_factory=dict)
 
-    def source_of(self, key: str) -> str:
-        """Where ``key`` (or the closest enclosing key) was set; ``"default"`` if nowhere."""
+    def source_of(self, key: str, *, inherit: bool = True) -> str:
+        """Where ``key`` was set; ``"default"`` if nowhere.
+
+        Args:
+            key: a key path, possibly with list indices (``"job.args[1]"``, which was set where
+                ``job.args`` was).
+            inherit: when ``key`` itself was not set, answer for the closest enclosing key that
+                was (right for locating an error); ``False`` answers ``"default"`` instead (right
+                for showing where a value comes from).
+        """
         probe = key
-        while probe:
+        while probe.endswith("]") and "[" in probe:  # an item is set where its list is
+            probe = probe[: probe.rindex("[")]
+        if probe in self.sources:
+            return self.sources[probe]
+        while inherit and probe:
+            probe = probe.rpartition(".")[0]
+            while probe.endswith("]") and "[" in probe:
+                probe = probe[: probe.rindex("[")]
             if probe in self.sources:
                 return self.sources[probe]
-            probe = probe.rpartition(".")[0]
         return DEFAULT_SOURCE
 
     def is_explicit(self, key: str) -> bool:
@@ -254,7 +268,13 @@ def load_job_config(
             sources[key] = label
     for key, value, source in [*env_overrides(env), *overrides]:
         _set_path(data, key, value)
+        # the value replaces whatever was below ``key``: forget where the old values came from
+        for stale in [k for k in sources if k.startswith(key + ".")]:
+            del sources[stale]
         sources[key] = source
+        if isinstance(value, Mapping):
+            for sub in _walk_keys(value, key + "."):
+                sources[sub] = source
     loaded = LoadedConfig(JobConfig.model_construct(), file_path, sources)
     try:
         loaded.config = JobConfig.model_validate(data)

@@ -72,7 +72,7 @@ def render_resolved(resolved: ResolvedConfig) -> str:
             if isinstance(value, dict) and key == "options":
                 tables.append((path, value))
                 continue
-            comment = loaded.source_of(path)
+            comment = loaded.source_of(path, inherit=False)
             sel = plugins.get(path)
             if sel:
                 comment += f"; {sel['provider'] or sel['note']}"
@@ -84,5 +84,7 @@ def render_resolved(resolved: ResolvedConfig) -> str:
                 continue
             lines.append(f"[{path}]")
             for key, value in table.items():
-                lines.append(f"{_key(key)} = {toml_value(value)}  # {loaded.source_of(path + '.' + key)}")
+                lines.append(
+                    f"{_key(key)} = {toml_value(value)}  # {loaded.source_of(path + '.' + key, inherit=False)}"
+                )
     return "\n".join(lines) + "\n"

@@ -94,8 +94,11 @@ def _resolve_one(
     name: str = getattr(section, sel.key)
     source = loaded.source_of(key)
     registry = pm.registry(sel.kind)
+    explicit = loaded.is_explicit(key) or loaded.is_explicit(f"{sel.section}.options")
     if name in sel.special:
         if name == "auto":
+            if not registry.declared and not explicit:  # the default, and the subsystem is absent
+                return Selection(key, name, note=f"{sel.kind.distribution} not installed")
             if not registry.names():
                 issues.append(
                     ConfigIssue(
@@ -111,7 +114,7 @@ def _resolve_one(
             return Selection(key, name, note=f"picked at run time among: {', '.join(registry.names())}")
         return Selection(key, name, note="disabled")
     if not registry.declared:
-        if loaded.is_explicit(key) or loaded.is_explicit(f"{sel.section}.options"):
+        if explicit:
             issues.append(
                 ConfigIssue(
                     source,
