@@ -442,3 +442,21 @@ def test_job_config_model_forbids_extra_keys_in_plain_python() -> None:
     assert JobConfig.model_validate({"nodes": {"min": 2, "max": 4}}).nodes.max_nodes == 4
     with pytest.raises(ValueError, match="extra"):
         JobConfig.model_validate({"nodes": {"mn": 2}})
+
+
+def test_values_are_not_coerced_from_strings(job_file) -> None:
+    path = job_file(
+        """
+        [nodes]
+        max = "4"
+
+        [timer]
+        timeline = "yes"
+        """
+    )
+    with pytest.raises(ConfigError) as info:
+        load_job_config(path, environ={})
+    assert [str(i) for i in info.value.issues] == [
+        "job.toml: nodes.max: expected an integer, got '4'",
+        "job.toml: timer.timeline: expected true or false, got 'yes'",
+    ]

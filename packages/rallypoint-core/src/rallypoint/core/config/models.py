@@ -31,7 +31,7 @@ __all__ = [
 class Section(BaseModel):
     """Base of every section: unknown keys are errors, values are validated on assignment."""
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, strict=True)
 
 
 def _nproc(value: Any) -> int | str:
