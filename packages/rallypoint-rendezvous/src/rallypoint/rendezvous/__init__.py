@@ -1,9 +1,33 @@
 """rallypoint rendezvous: how agents on many hosts agree on who is in the job and in which order.
 
+* :mod:`rallypoint.rendezvous.state`: the algorithm, a pure state machine.
+* :mod:`rallypoint.rendezvous.backend`: the key-value protocol a backend implements.
+* :mod:`rallypoint.rendezvous.handler`: :class:`RendezvousHandler`, what an agent calls.
+* :mod:`rallypoint.rendezvous.memory`: the in-process ``memory`` backend.
+* :mod:`rallypoint.rendezvous.testing`: the conformance kit for backends.
+
 Hook specifications live in :mod:`rallypoint.rendezvous.hookspecs`; backends register
 :class:`~rallypoint.rendezvous.records.RendezvousBackendRecord` records.
 """
 
+from rallypoint.rendezvous.errors import (
+    RendezvousBackendError,
+    RendezvousClosedError,
+    RendezvousError,
+    RendezvousStateError,
+    RendezvousTimeoutError,
+    TimeoutInfo,
+)
 from rallypoint.rendezvous.records import RendezvousBackendRecord
+from rallypoint.rendezvous.timeouts import RendezvousTimeouts
 
-__all__ = ["RendezvousBackendRecord"]
+__all__ = [
+    "RendezvousBackendError",
+    "RendezvousBackendRecord",
+    "RendezvousClosedError",
+    "RendezvousError",
+    "RendezvousStateError",
+    "RendezvousTimeoutError",
+    "RendezvousTimeouts",
+    "TimeoutInfo",
+]

@@ -1,0 +1,659 @@
+# ruff: noqa: D102  (the test methods are named for what they check)
+"""The rendezvous conformance kit: reusable pytest suites every backend runs against itself.
+
+Usage, in a backend's test module::
+
+    import pytest
+    from rallypoint.rendezvous.testing import (
+        MultiProcessBackendConformance, MultiProcessHandlerConformance)
+
+    class MyFactory:
+        def __init__(self, root):
+            self.root = root
+        def __call__(self, run_id):  # a fresh client of the same space for every call
+            return MyBackend(self.root, run_id)
+
+    class TestMyBackend(MultiProcessBackendConformance):
+        @pytest.fixture
+        def backend_factory(self, tmp_path):
+            return MyFactory(tmp_path)
+
+    class TestMyHandler(MultiProcessHandlerConformance):
+        @pytest.fixture
+        def backend_factory(self, tmp_path):
+            return MyFactory(tmp_path)
+
+``backend_factory`` returns a callable ``run_id -> backend``; every call must return a new
+client of the same space. Each test uses a fresh run id. An in-process backend uses
+:class:`BackendConformance` and :class:`HandlerConformance` (threads only); a backend shared
+between processes uses the ``MultiProcess`` variants, which add checks with real processes
+started with ``fork`` (so the factory must survive a fork; keep it a small picklable object).
+
+The kit checks: basic reads and writes, JSON-only values, key validation, run-id scoping,
+version tokens, compare-and-set and atomic add under races between threads and processes,
+delete, prefix listing at scale, write ordering seen from another process, watch wake-ups and
+timeouts, TTL expiry (when ``supports_ttl``), and the handler on top: N nodes join, a late node
+waits, a node dies, close, join timeout.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from rallypoint.rendezvous.backend import RendezvousBackend
+from rallypoint.rendezvous.errors import RendezvousClosedError, RendezvousTimeoutError
+from rallypoint.rendezvous.handler import RendezvousHandler, RendezvousResult
+from rallypoint.rendezvous.state import NodeInfo
+from rallypoint.rendezvous.timeouts import RendezvousTimeouts
+
+__all__ = [
+    "FAST_TIMEOUTS",
+    "BackendConformance",
+    "HandlerConformance",
+    "MultiProcessBackendConformance",
+    "MultiProcessHandlerConformance",
+    "make_node",
+]
+
+Factory = Callable[[str], RendezvousBackend]
+
+#: Short timeouts for handler tests.
+FAST_TIMEOUTS = RendezvousTimeouts(join=20.0, last_call=0.2, close=5.0, heartbeat_interval=0.1, heartbeat_timeout=0.6)
+
+
+def make_node(i: int, **kw: Any) -> NodeInfo:
+    """A test node record ``node<i>``."""
+    return NodeInfo(node_id=f"node{i}", host=f"host{i}", addr="127.0.0.1", master_port=30000 + i, **kw)
+
+
+def _ctx() -> Any:
+    return multiprocessing.get_context("fork")
+
+
+# -- child-process bodies (module level so that they survive any start method) --------------
+
+
+def _cas_incrementer(factory: Factory, run_id: str, rounds: int, out: Any) -> None:
+    backend = factory(run_id)
+    won = []
+    for _ in range(rounds):
+        while True:
+            entry = backend.get("counter")
+            value = 0 if entry is None else entry.value
+            ok, new = backend.compare_and_set("counter", value + 1, version=None if entry is None else entry.version)
+            if ok:
+                assert new is not None
+                won.append(value + 1)
+                break
+    out.put(won)
+
+
+def _adder(factory: Factory, run_id: str, rounds: int, out: Any) -> None:
+    backend = factory(run_id)
+    out.put([backend.add("sum", 1) for _ in range(rounds)])
+
+
+def _sequential_writer(factory: Factory, run_id: str, n: int) -> None:
+    backend = factory(run_id)
+    for i in range(n):
+        backend.set(f"seq/{i:04d}", i)
+
+
+def _delayed_set(factory: Factory, run_id: str, key: str, delay: float) -> None:
+    time.sleep(delay)
+    factory(run_id).set(key, "changed")
+
+
+def _join_process(
+    factory: Factory, run_id: str, i: int, nodes: int, out: Any, timeouts: RendezvousTimeouts = FAST_TIMEOUTS
+) -> None:
+    handler = RendezvousHandler(factory(run_id), make_node(i), min_nodes=nodes, max_nodes=nodes, timeouts=timeouts)
+    try:
+        r = handler.next_rendezvous()
+        out.put((i, r.round, r.group_rank, [p.node_id for p in r.participants], r.store.master_port))
+    except Exception as exc:  # noqa: BLE001 - reported to the parent
+        out.put((i, "error", repr(exc)))
+    finally:
+        # Stay alive until every node has read the result, then leave without reopening.
+        time.sleep(0.5)
+
+
+def _join_and_hang(factory: Factory, run_id: str, i: int, out: Any) -> None:
+    handler = RendezvousHandler(factory(run_id), make_node(i), min_nodes=2, max_nodes=3, timeouts=FAST_TIMEOUTS)
+    r = handler.next_rendezvous()
+    out.put((i, r.round))
+    time.sleep(60)  # killed by the test
+
+
+def _collect(out: Any, n: int, timeout: float = 60.0) -> list[Any]:
+    return [out.get(timeout=timeout) for _ in range(n)]
+
+
+class BackendConformance:
+    """Key-value protocol checks (one process, several threads). Override ``backend_factory``."""
+
+    @pytest.fixture
+    def backend_factory(self) -> Factory:
+        """Return a callable ``run_id -> backend`` (override in the backend's test class)."""
+        raise NotImplementedError("override the backend_factory fixture")
+
+    @pytest.fixture
+    def run_id(self) -> str:
+        """A fresh run id per test."""
+        return f"conf-{uuid.uuid4().hex[:10]}"
+
+    @pytest.fixture
+    def backend(self, backend_factory: Factory, run_id: str) -> RendezvousBackend:
+        """One client."""
+        return backend_factory(run_id)
+
+    # -- basics ------------------------------------------------------------------------
+    def test_get_missing_is_none(self, backend: RendezvousBackend) -> None:
+        assert backend.get("nothing/here") is None
+
+    def test_json_values_round_trip(self, backend: RendezvousBackend) -> None:
+        value = {"a": [1, 2.5, "x", None, True], "ü": {"nested": {"deep": -3}}}
+        version = backend.set("doc", value)
+        entry = backend.get("doc")
+        assert entry is not None
+        assert entry.value == value
+        assert entry.version == version
+        scalars: tuple[Any, ...] = (0, "s", None, [], 1.5)
+        for scalar in scalars:
+            backend.set("scalar", scalar)
+            got = backend.get("scalar")
+            assert got is not None
+            assert got.value == scalar
+
+    def test_non_json_values_are_refused(self, backend: RendezvousBackend) -> None:
+        with pytest.raises(TypeError, match="JSON"):
+            backend.set("obj", object())
+        with pytest.raises(TypeError, match="JSON"):
+            backend.set("bytes", b"\x00pickle")
+        assert backend.get("obj") is None
+
+    def test_invalid_keys_are_refused(self, backend: RendezvousBackend) -> None:
+        for key in ("", "/abs", "a//b", "sp ace", "a/b\n", "../up", "a/./b"):
+            with pytest.raises(ValueError, match="invalid rendezvous key"):
+                backend.set(key, 1)
+
+    def test_spaces_are_scoped_by_run_id(self, backend_factory: Factory, run_id: str) -> None:
+        a, b = backend_factory(run_id), backend_factory(run_id + "-other")
+        a.set("k", "a")
+        assert b.get("k") is None
+        assert b.list("") == {}
+        assert backend_factory(run_id).get("k") is not None
+
+    def test_version_changes_on_every_write(self, backend: RendezvousBackend) -> None:
+        versions = [backend.set("k", i) for i in range(5)]
+        versions.append(backend.add("k", 1))  # add returns the value, the version is in get()
+        entry = backend.get("k")
+        assert entry is not None
+        assert entry.value == 5
+        assert len(set([*versions[:5], entry.version])) == 6
+
+    def test_version_not_reused_after_delete(self, backend: RendezvousBackend) -> None:
+        v1 = backend.set("k", 1)
+        assert backend.delete("k")
+        v2 = backend.set("k", 1)
+        assert v1 != v2
+        ok, _ = backend.compare_and_set("k", 2, version=v1)
+        assert not ok
+
+    # -- compare-and-set -------------------------------------------------------------
+    def test_cas_create_only_if_absent(self, backend: RendezvousBackend) -> None:
+        ok, entry = backend.compare_and_set("c", "first", version=None)
+        assert ok
+        assert entry is not None
+        assert entry.value == "first"
+        ok2, current = backend.compare_and_set("c", "second", version=None)
+        assert not ok2
+        assert current is not None
+        assert current.value == "first"
+        assert current.version == entry.version
+
+    def test_cas_with_version(self, backend: RendezvousBackend) -> None:
+        v = backend.set("c", 1)
+        ok, entry = backend.compare_and_set("c", 2, version=v)
+        assert ok
+        assert entry is not None
+        assert entry.value == 2
+        assert entry.version != v
+        stale, current = backend.compare_and_set("c", 3, version=v)
+        assert not stale
+        assert current is not None
+        assert current.value == 2
+        missing, none = backend.compare_and_set("absent", 1, version=v)
+        assert not missing
+        assert none is None
+
+    def test_cas_race_between_threads(self, backend_factory: Factory, run_id: str) -> None:
+        out: Any = __import__("queue").Queue()
+        threads = [threading.Thread(target=_cas_incrementer, args=(backend_factory, run_id, 20, out)) for _ in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        won = [v for lst in _collect(out, 6) for v in lst]
+        assert sorted(won) == list(range(1, 121))
+        entry = backend_factory(run_id).get("counter")
+        assert entry is not None
+        assert entry.value == 120
+
+    # -- add / delete / list ---------------------------------------------------------
+    def test_add(self, backend: RendezvousBackend) -> None:
+        assert backend.add("n") == 1
+        assert backend.add("n", 5) == 6
+        assert backend.add("n", -6) == 0
+        backend.set("text", "x")
+        with pytest.raises(TypeError, match="not an integer"):
+            backend.add("text")
+
+    def test_delete(self, backend: RendezvousBackend) -> None:
+        assert not backend.delete("none")
+        v = backend.set("d", 1)
+        backend.set("d", 2)
+        assert not backend.delete("d", version=v)
+        assert backend.get("d") is not None
+        assert backend.delete("d")
+        assert backend.get("d") is None
+        assert not backend.delete("d")
+
+    def test_list_by_prefix(self, backend: RendezvousBackend) -> None:
+        for i in range(3):
+            backend.set(f"join/1/n{i}", i)
+        backend.set("join/10/n0", "other round")
+        backend.set("joinx", "no")
+        got = backend.list("join/1/")
+        assert {k: e.value for k, e in got.items()} == {"join/1/n0": 0, "join/1/n1": 1, "join/1/n2": 2}
+        assert set(backend.list("join/")) == {"join/1/n0", "join/1/n1", "join/1/n2", "join/10/n0"}
+        assert set(backend.list("")) >= {"joinx", "join/10/n0"}
+        assert backend.list("nothing/") == {}
+
+    def test_large_n(self, backend: RendezvousBackend) -> None:
+        n = 600
+        for i in range(n):
+            backend.set(f"big/{i:04d}", {"i": i, "pad": "x" * 64})
+        got = backend.list("big/")
+        assert len(got) == n
+        assert all(e.value["i"] == int(k.split("/")[1]) for k, e in got.items())
+        assert len({e.version for e in got.values()}) == n
+
+    # -- watch -------------------------------------------------------------------------
+    def test_watch_wakes_on_change(self, backend_factory: Factory, run_id: str) -> None:
+        backend = backend_factory(run_id)
+        v = backend.set("w", "before")
+        t = threading.Timer(0.15, lambda: backend_factory(run_id).set("w", "after"))
+        t.start()
+        start = time.monotonic()
+        assert backend.watch("w", version=v, timeout=10)
+        elapsed = time.monotonic() - start
+        t.join()
+        assert 0.1 <= elapsed < 2.0, elapsed
+
+    def test_watch_times_out(self, backend: RendezvousBackend) -> None:
+        v = backend.set("w", 1)
+        backend.set("unrelated", 1)
+        start = time.monotonic()
+        assert not backend.watch("w", version=v, timeout=0.2)
+        assert 0.18 <= time.monotonic() - start < 2.0
+
+    def test_watch_returns_at_once_when_already_changed(self, backend: RendezvousBackend) -> None:
+        v = backend.set("w", 1)
+        backend.set("w", 2)
+        start = time.monotonic()
+        assert backend.watch("w", version=v, timeout=10)
+        assert backend.watch("gone", version=v, timeout=10)  # absent is not at version v
+        assert time.monotonic() - start < 1.0
+
+    def test_watch_sees_delete(self, backend_factory: Factory, run_id: str) -> None:
+        backend = backend_factory(run_id)
+        v = backend.set("w", 1)
+        t = threading.Timer(0.1, lambda: backend_factory(run_id).delete("w"))
+        t.start()
+        assert backend.watch("w", version=v, timeout=10)
+        t.join()
+
+    def test_watch_prefix(self, backend_factory: Factory, run_id: str) -> None:
+        backend = backend_factory(run_id)
+        backend.set("p/a", 1)
+        snapshot = {k: e.version for k, e in backend.list("p/").items()}
+        other = backend_factory(run_id)
+        # Changes elsewhere do not wake the watcher.
+        t = threading.Timer(0.05, lambda: other.set("q/a", 1))
+        t.start()
+        assert not backend.watch_prefix("p/", versions=snapshot, timeout=0.3)
+        t.join()
+        for change in (lambda: other.set("p/b", 2), lambda: other.set("p/a", 3), lambda: other.delete("p/b")):
+            snapshot = {k: e.version for k, e in backend.list("p/").items()}
+            t = threading.Timer(0.05, change)
+            t.start()
+            start = time.monotonic()
+            assert backend.watch_prefix("p/", versions=snapshot, timeout=10)
+            assert time.monotonic() - start < 2.0
+            t.join()
+
+    # -- TTL ---------------------------------------------------------------------------
+    def test_ttl_expiry(self, backend: RendezvousBackend) -> None:
+        if not backend.supports_ttl:
+            with pytest.raises(NotImplementedError, match="TTL"):
+                backend.set("lease", "held", ttl=0.2)
+            assert backend.get("lease") is None
+            return
+        v = backend.set("lease", "held", ttl=0.2)
+        backend.set("forever", "kept")
+        assert backend.get("lease") is not None
+        assert backend.watch("lease", version=v, timeout=5), "expiry must wake watchers"
+        assert backend.get("lease") is None
+        assert backend.get("forever") is not None
+
+
+class HandlerConformance:
+    """Handler-level checks on top of a backend. Override the ``backend_factory`` fixture."""
+
+    @pytest.fixture
+    def backend_factory(self) -> Factory:
+        """Return a callable ``run_id -> backend`` (override in the backend's test class)."""
+        raise NotImplementedError("override the backend_factory fixture")
+
+    @pytest.fixture
+    def run_id(self) -> str:
+        """A fresh run id per test."""
+        return f"hconf-{uuid.uuid4().hex[:10]}"
+
+    def _handlers(
+        self,
+        factory: Factory,
+        run_id: str,
+        n: int,
+        lo: int,
+        hi: int,
+        timeouts: RendezvousTimeouts = FAST_TIMEOUTS,
+        pm: Any = None,
+    ) -> list[RendezvousHandler]:
+        return [
+            RendezvousHandler(factory(run_id), make_node(i), min_nodes=lo, max_nodes=hi, timeouts=timeouts, pm=pm)
+            for i in range(n)
+        ]
+
+    @staticmethod
+    def _in_threads(handlers: list[RendezvousHandler]) -> list[RendezvousResult | BaseException]:
+        results: list[RendezvousResult | BaseException] = [RuntimeError("no result")] * len(handlers)
+
+        def run(i: int) -> None:
+            try:
+                results[i] = handlers[i].next_rendezvous()
+            except BaseException as exc:  # noqa: BLE001 - reported by the test
+                results[i] = exc
+
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(len(handlers))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        return results
+
+    @staticmethod
+    def _assert_agree(results: list[Any], n: int) -> list[RendezvousResult]:
+        assert all(isinstance(r, RendezvousResult) for r in results), results
+        good: list[RendezvousResult] = results
+        assert sorted(r.group_rank for r in good) == list(range(n))
+        first = good[0]
+        for r in good:
+            assert (r.round, r.num_nodes, r.participants, r.store) == (first.round, n, first.participants, first.store)
+            assert r.participants[r.group_rank] == r.node
+        assert first.store.master_addr == first.participants[0].addr
+        assert first.store.master_port == first.participants[0].master_port
+        return good
+
+    def test_nodes_join_and_agree(self, backend_factory: Factory, run_id: str) -> None:
+        handlers = self._handlers(backend_factory, run_id, 4, 4, 4)
+        start = time.monotonic()
+        try:
+            results = self._assert_agree(self._in_threads(handlers), 4)
+            assert time.monotonic() - start < FAST_TIMEOUTS.last_call + 5
+            assert results[0].run_id == run_id
+            assert {p.node_id for p in results[0].participants} == {f"node{i}" for i in range(4)}
+        finally:
+            for h in handlers:
+                h.shutdown()
+
+    def test_late_node_waits_then_joins_next_round(self, backend_factory: Factory, run_id: str) -> None:
+        a, b, c = self._handlers(backend_factory, run_id, 3, 2, 3)
+        try:
+            first = self._assert_agree(self._in_threads([a, b]), 2)
+            late: list[Any] = []
+            t = threading.Thread(target=lambda: late.append(c.next_rendezvous()))
+            t.start()
+            deadline = time.monotonic() + 10
+            while a.num_nodes_waiting() == 0 and time.monotonic() < deadline:
+                time.sleep(0.02)
+            assert a.num_nodes_waiting() == 1
+            assert b.num_nodes_waiting() == 1
+            second = self._in_threads([a, b])
+            t.join(30)
+            results = self._assert_agree([*second, *late], 3)
+            assert results[0].round > first[0].round
+            # Previous members keep their ranks; the newcomer comes last.
+            assert [p.node_id for p in results[0].participants][2] == "node2"
+        finally:
+            for h in (a, b, c):
+                h.shutdown()
+
+    def test_dead_node_is_detected_and_survivors_continue(self, backend_factory: Factory, run_id: str) -> None:
+        handlers = self._handlers(backend_factory, run_id, 3, 2, 3)
+        try:
+            first = self._assert_agree(self._in_threads(handlers), 3)
+            victim = handlers[1]
+            victim._stop.set()  # its heartbeats stop, as if the process froze or died
+            start = time.monotonic()
+            survivors = [handlers[0], handlers[2]]
+            while not all(h.round_is_over() for h in survivors):
+                assert time.monotonic() - start < FAST_TIMEOUTS.heartbeat_timeout + 5, "dead peer not detected"
+                time.sleep(0.02)
+            assert all(h.num_nodes_waiting() >= 1 for h in survivors)
+            second = self._assert_agree(self._in_threads(survivors), 2)
+            assert second[0].round > first[0].round
+            assert "node1" not in [p.node_id for p in second[0].participants]
+        finally:
+            for h in handlers:
+                h.shutdown()
+
+    def test_close_ends_the_job_for_everyone(self, backend_factory: Factory, run_id: str) -> None:
+        handlers = self._handlers(backend_factory, run_id, 2, 2, 2)
+        try:
+            self._assert_agree(self._in_threads(handlers), 2)
+            assert not handlers[1].is_closed()
+            handlers[0].set_closed()
+            assert handlers[1].is_closed()
+            with pytest.raises(RendezvousClosedError, match="closed"):
+                handlers[1].next_rendezvous()
+            newcomer = self._handlers(backend_factory, run_id, 3, 1, 3)[2]
+            with pytest.raises(RendezvousClosedError):
+                newcomer.next_rendezvous()
+        finally:
+            for h in handlers:
+                h.shutdown()
+
+    def test_leaving_is_not_closing(self, backend_factory: Factory, run_id: str) -> None:
+        handlers = self._handlers(backend_factory, run_id, 3, 2, 3)
+        try:
+            self._assert_agree(self._in_threads(handlers), 3)
+            handlers[2].shutdown()
+            assert not handlers[0].is_closed()
+            assert handlers[0].round_is_over()
+            self._assert_agree(self._in_threads(handlers[:2]), 2)
+        finally:
+            for h in handlers:
+                h.shutdown()
+
+    def test_join_timeout_names_the_nodes(self, backend_factory: Factory, run_id: str) -> None:
+        timeouts = RendezvousTimeouts(join=0.4, last_call=0.1, close=5, heartbeat_interval=0.1, heartbeat_timeout=0.5)
+        seen: list[Any] = []
+
+        class Recorder:
+            from rallypoint.core.plugins import hookimpl
+
+            @hookimpl
+            def rallypoint_rendezvous_timed_out(self, info: Any) -> None:
+                seen.append(info)
+
+        from rallypoint.core.plugins import get_plugin_manager
+
+        pm = get_plugin_manager(plugins=[Recorder()], autoload=False)
+        (h,) = self._handlers(backend_factory, run_id, 1, 2, 2, timeouts=timeouts, pm=pm)
+        start = time.monotonic()
+        with pytest.raises(RendezvousTimeoutError) as err:
+            h.next_rendezvous()
+        assert 0.35 <= time.monotonic() - start < 5
+        info = err.value.info
+        assert info.timeout == "join"
+        assert info.seconds == 0.4
+        assert info.present == ("node0",)
+        assert "join timeout (0.4s)" in str(err.value)
+        assert "1 more node(s)" in str(err.value)
+        assert seen == [info]
+        # The node withdrew: a later pair forms a round without it.
+        others = [
+            RendezvousHandler(backend_factory(run_id), make_node(i), min_nodes=2, max_nodes=2, timeouts=FAST_TIMEOUTS)
+            for i in (5, 6)
+        ]
+        res = self._assert_agree(self._in_threads(others), 2)
+        assert {p.node_id for p in res[0].participants} == {"node5", "node6"}
+        for o in (*others, h):
+            o.shutdown()
+
+
+class MultiProcessBackendConformance(BackendConformance):
+    """Key-value checks with clients in several processes (for backends shared between processes).
+
+    The ``backend_factory`` must be picklable; child processes are started with ``fork``.
+    """
+
+    processes: int = 6
+
+    def test_cas_race_between_processes(self, backend_factory: Factory, run_id: str) -> None:
+        ctx = _ctx()
+        out = ctx.Queue()
+        procs = [
+            ctx.Process(target=_cas_incrementer, args=(backend_factory, run_id, 15, out)) for _ in range(self.processes)
+        ]
+        for p in procs:
+            p.start()
+        won = [v for lst in _collect(out, len(procs)) for v in lst]
+        for p in procs:
+            p.join(30)
+            assert p.exitcode == 0
+        total = 15 * len(procs)
+        assert sorted(won) == list(range(1, total + 1)), "two processes won the same compare-and-set"
+        entry = backend_factory(run_id).get("counter")
+        assert entry is not None
+        assert entry.value == total
+
+    def test_add_between_processes(self, backend_factory: Factory, run_id: str) -> None:
+        ctx = _ctx()
+        out = ctx.Queue()
+        procs = [ctx.Process(target=_adder, args=(backend_factory, run_id, 30, out)) for _ in range(self.processes)]
+        for p in procs:
+            p.start()
+        seen = [v for lst in _collect(out, len(procs)) for v in lst]
+        for p in procs:
+            p.join(30)
+        assert sorted(seen) == list(range(1, 30 * len(procs) + 1))
+
+    def test_writes_seen_in_order_from_another_process(self, backend_factory: Factory, run_id: str) -> None:
+        ctx = _ctx()
+        writer = ctx.Process(target=_sequential_writer, args=(backend_factory, run_id, 200))
+        reader = backend_factory(run_id)
+        writer.start()
+        deadline = time.monotonic() + 30
+        checks = 0
+        while time.monotonic() < deadline:
+            snapshot = reader.list("seq/")
+            indices = sorted(int(k.split("/")[1]) for k in snapshot)
+            # Whatever prefix of the writes is visible, it has no holes.
+            assert indices == list(range(len(indices))), "a later write is visible before an earlier one"
+            checks += 1
+            if len(indices) == 200:
+                break
+        writer.join(30)
+        assert len(reader.list("seq/")) == 200
+        assert checks > 0
+
+    def test_watch_wakes_on_change_from_another_process(self, backend_factory: Factory, run_id: str) -> None:
+        backend = backend_factory(run_id)
+        p = _ctx().Process(target=_delayed_set, args=(backend_factory, run_id, "w", 0.2))
+        p.start()
+        start = time.monotonic()
+        assert backend.watch("w", version=None, timeout=10)
+        assert time.monotonic() - start < 5
+        p.join(10)
+
+
+class MultiProcessHandlerConformance(HandlerConformance):
+    """Handler checks with nodes in separate processes (one is killed with SIGKILL)."""
+
+    def test_processes_rendezvous(self, backend_factory: Factory, run_id: str) -> None:
+        self._processes_rendezvous(backend_factory, run_id, 4)
+
+    def test_killed_process_is_detected(self, backend_factory: Factory, run_id: str) -> None:
+        ctx = _ctx()
+        out = ctx.Queue()
+        victim = ctx.Process(target=_join_and_hang, args=(backend_factory, run_id, 9, out))
+        victim.start()
+        a, b = self._handlers(backend_factory, run_id, 2, 2, 3)
+        try:
+            results = self._in_threads([a, b])
+            assert out.get(timeout=30)[1] == results[0].round  # type: ignore[union-attr]
+            assert all(isinstance(r, RendezvousResult) and r.num_nodes == 3 for r in results)
+            victim.kill()
+            victim.join(10)
+            start = time.monotonic()
+            while not a.round_is_over():
+                assert time.monotonic() - start < FAST_TIMEOUTS.heartbeat_timeout + 5
+                time.sleep(0.02)
+            second = self._assert_agree(self._in_threads([a, b]), 2)
+            assert "node9" not in [p.node_id for p in second[0].participants]
+        finally:
+            a.shutdown()
+            b.shutdown()
+            if victim.is_alive():
+                victim.kill()
+
+    def _processes_rendezvous(
+        self,
+        factory: Factory,
+        run_id: str,
+        n: int,
+        timeout: float = 120.0,
+        timeouts: RendezvousTimeouts = FAST_TIMEOUTS,
+    ) -> float:
+        """Start ``n`` node processes that rendezvous (min = max = n); check they agree; return seconds."""
+        ctx = _ctx()
+        out = ctx.Queue()
+        procs = [ctx.Process(target=_join_process, args=(factory, run_id, i, n, out, timeouts)) for i in range(n)]
+        start = time.monotonic()
+        for p in procs:
+            p.start()
+        got = _collect(out, n, timeout)
+        elapsed = time.monotonic() - start
+        for p in procs:
+            p.join(30)
+        errors = [g for g in got if g[1] == "error"]
+        assert not errors, errors
+        rounds = {g[1] for g in got}
+        members = {tuple(g[3]) for g in got}
+        assert len(rounds) == 1, "nodes disagree on the round"
+        assert len(members) == 1, "nodes disagree on the participants"
+        assert sorted(g[2] for g in got) == list(range(n))
+        (order,) = members
+        assert all(order[g[2]] == f"node{g[0]}" for g in got)
+        assert len({g[4] for g in got}) == 1
+        return elapsed
