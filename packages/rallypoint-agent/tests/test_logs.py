@@ -1,0 +1,201 @@
+"""Tests of rallypoint.agent.logs: files per attempt, console tee, stderr tail (real processes)."""
+
+from __future__ import annotations
+
+import io
+import os
+import sys
+import textwrap
+import threading
+import time
+
+import pytest
+
+from rallypoint.agent.logs import WorkerLogs, parse_tee, tee_selects
+from rallypoint.agent.workers import WorkerGroup, WorkerSpec
+
+PY = sys.executable
+
+
+def py(code: str) -> list[str]:
+    return [PY, "-u", "-c", textwrap.dedent(code)]
+
+
+class Console(io.StringIO):
+    """A console stream that tests can read from while readers write."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lock = threading.Lock()
+
+    def write(self, s: str) -> int:
+        with self.lock:
+            return super().write(s)
+
+    def text(self) -> str:
+        with self.lock:
+            return self.getvalue()
+
+
+def run(specs, logs: WorkerLogs, timeout: float = 20.0):
+    group = WorkerGroup(logs=logs)
+    group.start(specs)
+    exits = group.wait(timeout=timeout)
+    assert exits is not None
+    assert logs.wait_drained(timeout=5)
+    group.stop(grace=1)
+    return exits
+
+
+def test_nothing_is_lost_when_a_worker_is_killed(tmp_path):
+    code = """
+        import os, signal, sys
+        for i in range(3000):
+            print(f"out {i}")
+            if i % 100 == 0:
+                print(f"err {i}", file=sys.stderr)
+        os.kill(os.getpid(), signal.SIGKILL)
+    """
+    logs = WorkerLogs(tmp_path, attempt=2, host="h", tee="none")
+    exits = run([WorkerSpec(0, py(code)), WorkerSpec(1, py(code))], logs)
+    for rank in (0, 1):
+        assert exits[rank].signal_name == "SIGKILL"
+        path = tmp_path / "attempt_2" / f"rank_{rank}.log"
+        assert logs.log_path(rank) == path
+        lines = path.read_text().splitlines()
+        assert [ln for ln in lines if ln.startswith("out ")] == [f"out {i}" for i in range(3000)]
+        assert [ln for ln in lines if ln.startswith("err ")] == [f"err {i}" for i in range(0, 3000, 100)]
+        assert len(lines) == 3030  # whole lines only: stdout and stderr never mix inside a line
+
+
+def test_console_prefix_and_stream_routing(tmp_path):
+    out, err = Console(), Console()
+    logs = WorkerLogs(tmp_path, host="node-a", tee="all", console_out=out, console_err=err)
+    code = "import sys; print('hello'); print('oops', file=sys.stderr); sys.stdout.write('no newline')"
+    run([WorkerSpec(0, py(code)), WorkerSpec(5, py(code))], logs)
+    for rank in (0, 5):
+        assert f"[node-a:{rank}] hello\n" in out.text()
+        assert f"[node-a:{rank}] no newline\n" in out.text()
+        assert f"[node-a:{rank}] oops\n" in err.text()
+        assert "oops" not in out.text()
+        # the file keeps the raw bytes: no prefix, the partial last line as written
+        content = (tmp_path / "attempt_0" / f"rank_{rank}.log").read_text()
+        assert sorted(content.splitlines()) == ["hello", "no newline", "oops"]
+        assert content.index("hello") < content.index("no newline")
+        assert "[node-a" not in content
+
+
+@pytest.mark.parametrize(
+    ("tee", "shown"),
+    [("all", {0, 1, 2}), ("rank0", {0}), ("none", set()), ([1, 2], {1, 2}), ("2", {2})],
+)
+def test_tee_filters_the_console_not_the_files(tmp_path, tee, shown):
+    out = Console()
+    logs = WorkerLogs(tmp_path, host="h", tee=tee, console_out=out, console_err=out)
+    run([WorkerSpec(r, py(f"print('line from {r}')")) for r in range(3)], logs)
+    for r in range(3):
+        assert (f"[h:{r}] line from {r}" in out.text()) == (r in shown)
+        assert (tmp_path / "attempt_0" / f"rank_{r}.log").read_text() == f"line from {r}\n"
+
+
+def test_stderr_tail_keeps_the_last_lines(tmp_path):
+    code = """
+        import sys
+        for i in range(200):
+            print(f"e{i}", file=sys.stderr)
+            print(f"o{i}")
+        raise SystemExit(1)
+    """
+    logs = WorkerLogs(None, host="h", tee="none", tail_lines=50)
+    exits = run([WorkerSpec(0, py(code))], logs)
+    assert exits[0].returncode == 1
+    assert logs.log_path(0) is None
+    assert logs.stderr_tail(0) == [f"e{i}" for i in range(150, 200)]
+    assert logs.stderr_tail(0, 3) == ["e197", "e198", "e199"]
+    assert logs.stderr_tail(0, 0) == []
+    assert logs.stderr_tail(9) == []
+
+
+def test_lines_arrive_promptly_while_the_worker_runs(tmp_path):
+    out = Console()
+    logs = WorkerLogs(tmp_path, host="h", tee="all", console_out=out)
+    group = WorkerGroup(logs=logs)
+    group.start([WorkerSpec(0, py("import time; print('started'); time.sleep(60)"))])
+    try:
+        path = tmp_path / "attempt_0" / "rank_0.log"
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not (path.exists() and path.read_text() == "started\n"):
+            time.sleep(0.01)
+        assert path.read_text() == "started\n"
+        assert "[h:0] started\n" in out.text()
+        assert group.running() == [0]
+    finally:
+        group.stop(grace=0)
+    assert logs.close(timeout=5)
+
+
+def test_partial_lines_of_the_two_streams_do_not_mix(tmp_path):
+    logs = WorkerLogs(tmp_path, host="h", tee="none")
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    logs.attach(0, out_r, err_r)
+    os.write(out_w, b"partial")
+    time.sleep(0.05)
+    os.write(err_w, b"whole\n")
+    time.sleep(0.05)
+    os.write(out_w, b" continued\n")
+    os.close(out_w)
+    os.close(err_w)
+    assert logs.close(timeout=5)
+    # a partial line is held until its newline, so the stdout line arrives whole
+    assert (tmp_path / "attempt_0" / "rank_0.log").read_bytes() == b"whole\npartial continued\n"
+
+
+def test_partial_last_line_gets_a_newline_before_the_other_stream(tmp_path):
+    logs = WorkerLogs(tmp_path, host="h", tee="none")
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    logs.attach(0, out_r, err_r)
+    os.write(out_w, b"last words")
+    os.close(out_w)  # end-of-file flushes the partial line
+    time.sleep(0.1)
+    os.write(err_w, b"after\n")
+    os.close(err_w)
+    assert logs.close(timeout=5)
+    assert (tmp_path / "attempt_0" / "rank_0.log").read_bytes() == b"last words\nafter\n"
+
+
+def test_non_utf8_output_is_kept_raw_in_the_file(tmp_path):
+    out = Console()
+    logs = WorkerLogs(tmp_path, host="h", console_out=out)
+    run([WorkerSpec(0, py(r"import sys; sys.stdout.buffer.write(b'\xff\xfe bad\n')"))], logs)
+    assert (tmp_path / "attempt_0" / "rank_0.log").read_bytes() == b"\xff\xfe bad\n"
+    assert "[h:0] \ufffd\ufffd bad\n" in out.text()
+
+
+def test_attach_twice_is_refused(tmp_path):
+    logs = WorkerLogs(tmp_path, host="h")
+    r, w = os.pipe()
+    logs.attach(0, r, None)
+    os.close(w)
+    with pytest.raises(ValueError, match="rank 0 is already attached"):
+        logs.attach(0, None, None)
+    assert logs.close(timeout=5)
+
+
+def test_parse_tee_and_tee_selects():
+    assert parse_tee("ALL") == "all"
+    assert parse_tee(" rank0 ") == "rank0"
+    assert parse_tee("none") == "none"
+    assert parse_tee("0, 3") == (0, 3)
+    assert parse_tee([1, 2]) == (1, 2)
+    with pytest.raises(ValueError, match="invalid tee value 'some'"):
+        parse_tee("some")
+    with pytest.raises(ValueError, match="must hold integers"):
+        parse_tee(["a"])  # type: ignore[list-item]
+    assert tee_selects("all", 7)
+    assert not tee_selects("none", 0)
+    assert tee_selects("rank0", 0)
+    assert not tee_selects("rank0", 1)
+    assert tee_selects((1, 3), 3)
+    assert not tee_selects((1, 3), 2)

@@ -1,0 +1,355 @@
+"""Tests of rallypoint.agent.workers with real processes."""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import warnings
+from pathlib import Path
+
+import pytest
+
+from rallypoint.agent import workers as workers_mod
+from rallypoint.agent.logs import WorkerLogs
+from rallypoint.agent.workers import (
+    PDEATHSIG_SUPPORTED,
+    WorkerExit,
+    WorkerGroup,
+    WorkerSpec,
+    WorkerStartError,
+    signal_name,
+)
+from rallypoint.core.errors import RallypointError
+
+PY = sys.executable
+linux_only = pytest.mark.skipif(not PDEATHSIG_SUPPORTED, reason="parent-death signal is Linux-only")
+
+
+def py(code: str) -> list[str]:
+    return [PY, "-u", "-c", textwrap.dedent(code)]
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` is a live process (a zombie counts as dead)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+
+
+def wait_until(predicate, timeout: float, interval: float = 0.01) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return predicate()
+
+
+def wait_for_file(path: Path, timeout: float = 10.0) -> str:
+    assert wait_until(path.exists, timeout), f"{path} never appeared"
+    return path.read_text()
+
+
+READY = """
+import os, sys, time
+def ready():
+    tmp = sys.argv[1] + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(str(os.getpid()))
+    os.replace(tmp, sys.argv[1])
+"""
+
+
+def test_exit_codes_and_signal_names():
+    group = WorkerGroup()
+    group.start(
+        [
+            WorkerSpec(0, py("pass")),
+            WorkerSpec(1, py("raise SystemExit(3)")),
+            WorkerSpec(2, py("import os, signal; os.kill(os.getpid(), signal.SIGKILL)")),
+            WorkerSpec(3, py("import os, signal; os.kill(os.getpid(), signal.SIGSEGV)")),
+        ]
+    )
+    exits = group.wait(timeout=20)
+    assert exits is not None
+    assert exits[0].ok
+    assert exits[0].exit_code == 0
+    assert exits[0].describe() == "exit code 0"
+    assert exits[1].returncode == 3
+    assert exits[1].signal_name is None
+    assert exits[1].describe() == "exit code 3"
+    assert exits[2].returncode == -9
+    assert exits[2].signal_name == "SIGKILL"
+    assert exits[2].exit_code is None
+    assert exits[2].describe() == "signal SIGKILL"
+    assert exits[3].signal_name == "SIGSEGV"
+    for rank, e in exits.items():
+        assert e.rank == rank
+        assert e.pid == group.pids[rank]
+        assert e.started_at <= e.exited_at <= time.time()
+    assert group.running() == []
+    assert group.stop(grace=1) == exits
+
+
+def test_signal_name_helper():
+    assert signal_name(0) is None
+    assert signal_name(1) is None
+    assert signal_name(-15) == "SIGTERM"
+    assert signal_name(-200) == "SIG200"
+
+
+def test_sigkilled_worker_is_noticed_within_half_a_second(tmp_path):
+    seen: list[WorkerExit] = []
+    group = WorkerGroup(on_exit=seen.append)
+    sleeper = py("import time; time.sleep(60)")
+    group.start([WorkerSpec(0, sleeper), WorkerSpec(1, sleeper)])
+    try:
+        assert group.wait_any(timeout=0.2) is None  # nobody exited: the wait times out
+        time.sleep(0.2)  # let both reach the sleep
+        killed_at = time.time()
+        t0 = time.monotonic()
+        os.kill(group.pids[1], signal.SIGKILL)
+        event = group.wait_any(timeout=5)
+        latency = time.monotonic() - t0
+        assert event is not None
+        assert event.rank == 1
+        assert event.signal_name == "SIGKILL"
+        assert latency < 0.5, f"death noticed after {latency:.3f} s"
+        assert event.exited_at - killed_at < 0.5
+        assert group.running() == [0]
+        assert wait_until(lambda: len(seen) == 1, 2)
+        assert seen[0] == event
+    finally:
+        exits = group.stop(grace=2)
+    assert exits[0].signal_name == "SIGTERM"
+    assert group.wait_any(timeout=0) is not None  # rank 0's exit, not returned before
+    assert group.wait_any(timeout=5) is None  # all exits returned: no waiting
+
+
+def test_stop_escalates_to_sigkill_for_a_worker_that_ignores_sigterm(tmp_path):
+    stubborn = tmp_path / "stubborn"
+    polite = tmp_path / "polite"
+    code = READY + "import signal\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nready()\ntime.sleep(60)\n"
+    group = WorkerGroup()
+    group.start(
+        [
+            WorkerSpec(0, [*py(code), str(stubborn)]),
+            WorkerSpec(1, [*py(READY + "ready()\ntime.sleep(60)\n"), str(polite)]),
+        ]
+    )
+    wait_for_file(stubborn)
+    wait_for_file(polite)
+    t0 = time.monotonic()
+    exits = group.stop(grace=0.6)
+    elapsed = time.monotonic() - t0
+    assert exits[0].signal_name == "SIGKILL"
+    assert exits[1].signal_name == "SIGTERM"
+    assert 0.5 <= elapsed < 5, elapsed
+    assert not alive(exits[0].pid)
+    assert not alive(exits[1].pid)
+    assert group.stop(grace=1) == exits  # idempotent
+
+
+def test_stop_without_grace_kills_at_once():
+    group = WorkerGroup()
+    group.start([WorkerSpec(0, py("import time; time.sleep(60)"))])
+    t0 = time.monotonic()
+    exits = group.stop(grace=0)
+    assert exits[0].signal_name == "SIGKILL"
+    assert time.monotonic() - t0 < 2
+
+
+def test_forward_signal_reaches_the_worker(tmp_path):
+    ready = tmp_path / "ready"
+    code = READY + ("import signal\nsignal.signal(signal.SIGUSR1, lambda *a: os._exit(7))\nready()\ntime.sleep(60)\n")
+    with WorkerGroup() as group:
+        group.start([WorkerSpec(0, [*py(code), str(ready)])])
+        wait_for_file(ready)
+        group.forward_signal(signal.SIGUSR1)
+        event = group.wait_any(timeout=5)
+        assert event is not None
+        assert event.returncode == 7
+        group.forward_signal(signal.SIGUSR1)  # nobody left: no error
+
+
+def test_env_and_cwd(tmp_path):
+    out = tmp_path / "out.txt"
+    code = f"import os; open({str(out)!r}, 'w').write(os.environ['RP_TEST'] + '|' + os.getcwd())"
+    group = WorkerGroup()
+    group.start([WorkerSpec(0, py(code), env={**os.environ, "RP_TEST": "hello"}, cwd=tmp_path)])
+    exits = group.wait(timeout=10)
+    assert exits is not None
+    assert exits[0].ok
+    assert out.read_text() == f"hello|{os.path.realpath(tmp_path)}"
+
+
+def test_workers_lead_their_own_process_group():
+    group = WorkerGroup()
+    group.start([WorkerSpec(0, py("import time; time.sleep(60)"))])
+    try:
+        pid = group.pids[0]
+        assert os.getpgid(pid) == pid
+        assert os.getsid(pid) == pid
+        assert os.getpgid(pid) != os.getpgid(0)
+    finally:
+        group.stop(grace=0)
+
+
+def test_stop_also_kills_what_a_finished_worker_left_behind(tmp_path):
+    child_pid_file = tmp_path / "grandchild"
+    code = f"""
+        import subprocess, sys
+        p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+        open({str(child_pid_file)!r}, "w").write(str(p.pid))
+    """
+    group = WorkerGroup()
+    group.start([WorkerSpec(0, py(code))])
+    event = group.wait_any(timeout=10)
+    assert event is not None
+    assert event.ok
+    grandchild = int(child_pid_file.read_text())
+    assert alive(grandchild)
+    group.stop(grace=0.2)
+    assert wait_until(lambda: not alive(grandchild), 2)
+
+
+def test_start_error_names_the_rank_and_kills_started_workers():
+    group = WorkerGroup()
+    with pytest.raises(WorkerStartError, match=r"rank 1 \(/nonexistent/prog\)") as info:
+        group.start(
+            [
+                WorkerSpec(0, py("import time; time.sleep(60)")),
+                WorkerSpec(1, ["/nonexistent/prog"]),
+            ]
+        )
+    assert isinstance(info.value, RallypointError)
+    assert info.value.rank == 1
+    assert group.exits[0].signal_name == "SIGKILL"
+    assert not alive(group.pids[0])
+
+
+def test_dropping_a_finished_group_reaps_its_workers():
+    group = WorkerGroup()
+    group.start([WorkerSpec(0, py("pass"))])
+    assert group.wait(timeout=10) is not None
+    pid = group.pids[0]
+    assert Path(f"/proc/{pid}").exists() or sys.platform != "linux"  # a zombie until reaped
+    # the watcher thread holds the group until its last statement is done
+    assert wait_until(lambda: not any(t.name.startswith("rallypoint-worker-") for t in threading.enumerate()), 5)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        del group
+        gc.collect()
+    assert not [w for w in caught if issubclass(w.category, ResourceWarning)]
+    assert not Path(f"/proc/{pid}").exists()
+
+
+def test_unwritable_log_dir_is_reported_and_nothing_keeps_running(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    group = WorkerGroup(logs=WorkerLogs(blocker, host="h"))
+    with pytest.raises(RallypointError, match=r"cannot write worker log .*rank_0\.log"):
+        group.start([WorkerSpec(0, py("import time; time.sleep(60)"))])
+    assert group.exits[0].signal_name == "SIGKILL"
+
+
+def test_start_validation():
+    group = WorkerGroup()
+    with pytest.raises(ValueError, match="duplicate worker ranks"):
+        group.start([WorkerSpec(0, py("pass")), WorkerSpec(0, py("pass"))])
+    group.start([WorkerSpec(0, py("pass"))])
+    with pytest.raises(ValueError, match="already started"):
+        group.start([WorkerSpec(1, py("pass"))])
+    group.stop(grace=5)
+
+
+def test_empty_group():
+    group = WorkerGroup()
+    group.start([])
+    assert group.wait(timeout=0) == {}
+    assert group.wait_any(timeout=1) is None
+    assert group.stop() == {}
+
+
+@linux_only
+def test_workers_survive_the_thread_that_started_them():
+    group = WorkerGroup()
+    thread = threading.Thread(target=group.start, args=([WorkerSpec(0, py("import time; time.sleep(60)"))],))
+    thread.start()
+    thread.join()
+    try:
+        assert group.wait_any(timeout=0.5) is None, "worker died with the thread that started it"
+        assert alive(group.pids[0])
+    finally:
+        group.stop(grace=0)
+
+
+@linux_only
+def test_child_that_missed_its_parent_death_kills_itself():
+    # The race: the agent dies between fork and prctl. Simulate it by telling the hook to expect
+    # a parent that is not ours; the child must kill itself before exec.
+    hook = workers_mod._make_preexec(parent_pid=os.getpid() + 1_000_000)
+    proc = subprocess.Popen([PY, "-c", "import time; time.sleep(30)"], preexec_fn=hook, start_new_session=True)
+    try:
+        assert proc.wait(timeout=10) == -signal.SIGKILL
+    finally:
+        proc.kill()
+
+
+AGENT = """
+import os, sys, time
+from rallypoint.agent.workers import WorkerGroup, WorkerSpec
+group = WorkerGroup(pdeathsig=sys.argv[2] == "1")
+group.start([WorkerSpec(r, [sys.executable, "-c", "import time; time.sleep(60)"]) for r in range(2)])
+with open(sys.argv[1] + ".tmp", "w") as f:
+    f.write(" ".join(str(p) for p in group.pids.values()))
+os.replace(sys.argv[1] + ".tmp", sys.argv[1])
+time.sleep(60)
+"""
+
+
+def run_agent_and_kill_it(tmp_path: Path, pdeathsig: bool) -> list[int]:
+    pids_file = tmp_path / "pids"
+    agent = subprocess.Popen([PY, "-c", AGENT, str(pids_file), "1" if pdeathsig else "0"])
+    try:
+        pids = [int(p) for p in wait_for_file(pids_file, timeout=20).split()]
+        assert len(pids) == 2
+        assert all(alive(p) for p in pids)
+    finally:
+        agent.kill()
+        agent.wait(timeout=10)
+    return pids
+
+
+@linux_only
+def test_sigkilled_agent_leaves_no_orphans(tmp_path):
+    pids = run_agent_and_kill_it(tmp_path, pdeathsig=True)
+    assert wait_until(lambda: not any(alive(p) for p in pids), 2.0), "workers outlived their agent"
+
+
+@linux_only
+def test_without_pdeathsig_workers_would_be_orphaned(tmp_path):
+    # The control experiment: proves the test above detects orphans.
+    pids = run_agent_and_kill_it(tmp_path, pdeathsig=False)
+    try:
+        time.sleep(0.3)
+        assert all(alive(p) for p in pids)
+    finally:
+        for p in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(p, signal.SIGKILL)
