@@ -20,5 +20,6 @@ def rallypoint_rendezvous_backends() -> list[RendezvousBackendRecord]:
             summary="files on a shared file system, fcntl locks",
             factory="rallypoint_file.backend:create_file_backend",
             options_model=FileOptions,
+            endpoint_option="path",
         )
     ]

@@ -8,6 +8,7 @@ import pluggy
 
 from rallypoint.agent.records import RankStrategyRecord
 from rallypoint.core.plugins import hookimpl
+from rallypoint.core.records import CliCommand
 
 
 @hookimpl
@@ -27,4 +28,21 @@ def rallypoint_rank_strategies() -> Iterable[RankStrategyRecord]:
             summary="torchrun-compatible: nodes in group-rank order, consecutive ranks per node",
             factory="rallypoint.agent.ranks:DefaultStrategy",
         )
+    ]
+
+
+@hookimpl
+def rallypoint_cli_commands() -> Iterable[CliCommand]:
+    """``rallypoint run`` and ``rallypoint status``."""
+    return [
+        CliCommand(
+            name="run",
+            summary="Run a job: rendezvous, ranks, workers, restarts, reports.",
+            command="rallypoint.agent.cli:run",
+        ),
+        CliCommand(
+            name="status",
+            summary="Show a running job's round, members, waiting nodes and restarts.",
+            command="rallypoint.agent.cli:status",
+        ),
     ]

@@ -24,8 +24,11 @@ Example:
 from __future__ import annotations
 
 import inspect
+import os
+import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Protocol, runtime_checkable
 
@@ -38,6 +41,11 @@ __all__ = [
     "NodeInfo",
     "WorkerRanks",
     "RankAssignment",
+    # node labels
+    "NODE_LABELS_ENV",
+    "NodeLabelsError",
+    "parse_node_labels",
+    "read_node_labels",
     # strategies
     "RankStrategy",
     "DefaultStrategy",
@@ -85,9 +93,21 @@ class NodeInfo:
         host: the node's host name (for messages and host-based strategies).
         local_world_size: how many workers the node runs (``--nproc-per-node``), at least 1.
         role: the role of the node's workers (torchrun ``--role``).
-        labels: free-form labels the node published (rack, switch, GPU model...).
+        labels: free-form labels the node published (rack, switch, GPU model...). The agent
+            fills them with :func:`read_node_labels`: the node's labels file (if one is
+            configured) merged with its ``RALLYPOINT_NODE_LABELS`` variable (which wins).
         env: environment variables a strategy may read (e.g. those a scheduler such as Slurm
-            set); empty unless the node published them.
+            set); empty unless the node published them. The agent publishes the node's
+            ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``LOCAL_WORLD_SIZE`` and every
+            ``SLURM_*`` and ``OMPI_COMM_WORLD_*`` variable that is set.
+        previous_rank: for stable re-rendezvous: the lowest global rank this node's workers had
+            in the assignment of the previous round of the same run, as this node itself
+            remembers it; ``None`` (the default) when the node did not take part in the
+            immediately preceding round (a new node, the first round, or the node missed a
+            round), or when the node's previous assignment is unknown. Each agent publishes its
+            own value in its rendezvous record, so every agent sees the same values. Strategies
+            that keep ranks stable (``topology``) use it only to order survivors and spot holes;
+            a stale or inconsistent value never makes an assignment invalid, only less stable.
 
     Example:
         >>> NodeInfo(node_id="n0", group_rank=0, host="gpu-0", local_world_size=8).role
@@ -101,6 +121,7 @@ class NodeInfo:
     role: str = DEFAULT_ROLE
     labels: Mapping[str, str] = field(default_factory=dict, hash=False)
     env: Mapping[str, str] = field(default_factory=dict, hash=False, repr=False)
+    previous_rank: int | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.node_id, str) or not self.node_id:
@@ -113,9 +134,129 @@ class NodeInfo:
             )
         if not isinstance(self.role, str) or not self.role:
             raise ValueError(f"node {self.node_id!r}: role must be a non-empty string, got {self.role!r}")
+        if self.previous_rank is not None and (not _is_int(self.previous_rank) or self.previous_rank < 0):
+            raise ValueError(
+                f"node {self.node_id!r}: previous_rank must be None or an int >= 0, got {self.previous_rank!r}"
+            )
         # Frozen means frozen: callers cannot change the mappings behind the strategy's back.
         object.__setattr__(self, "labels", MappingProxyType(dict(self.labels)))
         object.__setattr__(self, "env", MappingProxyType(dict(self.env)))
+
+
+#: The environment variable in which a node publishes its labels (``"rack=r1,zone=z2"``).
+NODE_LABELS_ENV = "RALLYPOINT_NODE_LABELS"
+
+_LABEL_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
+
+
+class NodeLabelsError(RallypointError, ValueError):
+    """Node labels (``RALLYPOINT_NODE_LABELS`` or a labels file) that cannot be parsed.
+
+    ``str(error)`` names where the labels came from, the offending item and what is wrong.
+
+    Attributes:
+        source: where the text came from, e.g. ``"RALLYPOINT_NODE_LABELS"`` or a file path.
+        item: the offending item, as written.
+    """
+
+    exit_code = 2
+
+    def __init__(self, source: str, item: str, problem: str) -> None:
+        self.source = source
+        self.item = item
+        super().__init__(
+            f"invalid node labels in {source}: {item!r}: {problem}. "
+            f"Write labels as key=value pairs separated by commas or new lines, e.g. rack=r1,zone=z2"
+        )
+
+
+def parse_node_labels(text: str, *, source: str = NODE_LABELS_ENV) -> dict[str, str]:
+    """Parse node labels written as ``key=value`` pairs, e.g. ``"rack=r1,zone=z2"``.
+
+    The same syntax serves the ``RALLYPOINT_NODE_LABELS`` variable and a labels file: pairs are
+    separated by commas or new lines; white space around keys, values and pairs is ignored, as
+    are empty pairs and lines starting with ``#``. A key starts with a letter or ``_`` and holds
+    letters, digits, ``_``, ``.`` and ``-``; a value is any non-empty text without ``,`` or ``=``
+    (quotes are not special).
+
+    Args:
+        text: the labels.
+        source: where the text came from, for the error message.
+
+    Returns:
+        The labels, in the order written.
+
+    Raises:
+        NodeLabelsError: a pair without ``=``, an empty or malformed key, an empty value, a value
+            containing ``=``, or a key given twice.
+
+    Example:
+        >>> parse_node_labels(" rack=r1, zone = z2 ,")
+        {'rack': 'r1', 'zone': 'z2'}
+        >>> try:
+        ...     parse_node_labels("rack=r1,zone")
+        ... except NodeLabelsError as error:
+        ...     print(str(error).split(". ")[0])
+        invalid node labels in RALLYPOINT_NODE_LABELS: 'zone': expected key=value
+    """
+    labels: dict[str, str] = {}
+    for line in text.splitlines():
+        if line.strip().startswith("#"):
+            continue
+        for raw in line.split(","):
+            item = raw.strip()
+            if not item:
+                continue
+            key, sep, value = item.partition("=")
+            key, value = key.strip(), value.strip()
+            if not sep:
+                raise NodeLabelsError(source, item, "expected key=value")
+            if not key:
+                raise NodeLabelsError(source, item, "the key is empty")
+            if not _LABEL_KEY_RE.match(key):
+                raise NodeLabelsError(
+                    source, item, f"invalid key {key!r} (use letters, digits, '_', '.' and '-', starting with a letter)"
+                )
+            if not value:
+                raise NodeLabelsError(source, item, f"label {key!r} has an empty value")
+            if "=" in value:
+                raise NodeLabelsError(source, item, f"the value of {key!r} contains '='")
+            if key in labels:
+                raise NodeLabelsError(source, item, f"label {key!r} is given twice (first as {labels[key]!r})")
+            labels[key] = value
+    return labels
+
+
+def read_node_labels(
+    environ: Mapping[str, str] | None = None, labels_file: str | os.PathLike[str] | None = None
+) -> dict[str, str]:
+    """The labels a node publishes: its labels file, then its ``RALLYPOINT_NODE_LABELS``.
+
+    Both use the syntax of :func:`parse_node_labels`. A label set in both takes the variable's
+    value (the more specific source wins, as everywhere in rallypoint's configuration).
+
+    Args:
+        environ: the node's environment (default :data:`os.environ`).
+        labels_file: a file of labels on this node, or ``None``.
+
+    Raises:
+        NodeLabelsError: either source cannot be parsed, or the file cannot be read.
+
+    Example:
+        >>> read_node_labels({"RALLYPOINT_NODE_LABELS": "rack=r7"})
+        {'rack': 'r7'}
+    """
+    env = os.environ if environ is None else environ
+    labels: dict[str, str] = {}
+    if labels_file is not None:
+        path = Path(labels_file)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise NodeLabelsError(str(path), str(path), f"cannot read the labels file: {exc}") from exc
+        labels.update(parse_node_labels(text, source=str(path)))
+    labels.update(parse_node_labels(env.get(NODE_LABELS_ENV, ""), source=NODE_LABELS_ENV))
+    return labels
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -18,6 +18,9 @@ class RendezvousBackendRecord(BackendRecord):
             that implements the rendezvous backend protocol (a key-value space scoped by run_id).
         options_model: pydantic model of ``[rendezvous.options]``.
         multi_host: whether agents on different hosts can share it (``memory`` cannot).
+        endpoint_option: the option that torchrun-style ``--rdzv-endpoint VALUE`` sets, e.g.
+            ``"path"`` for the file backend; ``None`` when the backend takes no endpoint.
     """
 
     multi_host: bool = True
+    endpoint_option: str | None = None

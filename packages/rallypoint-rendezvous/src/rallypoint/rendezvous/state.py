@@ -106,6 +106,8 @@ class NodeInfo:
         labels: free-form string labels (rack, zone, GPU model...), used by rank strategies.
         master_port: a port this node offers for the workers' store (used when it becomes
             group rank 0); ``None`` lets the handler pick one.
+        env: environment facts the node shares with the others, e.g. the ranks a scheduler
+            gave it (``SLURM_PROCID``...), so that every agent's rank strategy sees them.
     """
 
     node_id: str
@@ -114,6 +116,7 @@ class NodeInfo:
     local_world_size: int = 1
     labels: Mapping[str, str] = field(default_factory=dict)
     master_port: int | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         """JSON form."""
@@ -124,6 +127,7 @@ class NodeInfo:
             "lws": self.local_world_size,
             "labels": dict(self.labels),
             "port": self.master_port,
+            "env": dict(self.env),
         }
 
     @classmethod
@@ -138,6 +142,7 @@ class NodeInfo:
                 local_world_size=int(data["lws"]),
                 labels={str(k): str(v) for k, v in data["labels"].items()},
                 master_port=None if data.get("port") is None else int(data["port"]),
+                env={str(k): str(v) for k, v in (data.get("env") or {}).items()},
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise RendezvousStateError(f"malformed rendezvous node record: {data!r} ({exc})") from exc

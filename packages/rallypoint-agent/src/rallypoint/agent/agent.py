@@ -1,0 +1,404 @@
+"""The elastic agent: one per node, runs the job's workers on that node.
+
+The run loop: rendezvous, assign ranks (every agent computes the whole assignment locally with
+the configured strategy), start the workers, then monitor them. Exits are seen as they happen
+(a watcher thread per worker), and the rendezvous is checked every ``monitor_interval``:
+
+* all local workers succeeded: the exit barrier (every node done, or ``exit_barrier_timeout``),
+  then the rendezvous is closed and the agent exits 0;
+* a local worker failed: its failure is published to the rendezvous store, the other local
+  workers are stopped, and the job restarts if the job-wide budget allows; otherwise the
+  rendezvous is closed and the agent prints one root-cause report gathered from every node;
+* the round is over (a peer failed, left or died) or nodes are waiting: the workers are
+  stopped and the agent re-rendezvouses, without spending the restart budget;
+* SIGTERM/SIGINT/SIGHUP: forwarded to the workers, which get ``grace`` seconds before SIGKILL.
+
+The restart budget is counted for the whole job in the rendezvous store, so
+``TORCHELASTIC_RESTART_COUNT`` is the same on every node.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+from typing import Any, TextIO
+
+from rallypoint.agent.env import WorkerContext, worker_environment
+from rallypoint.agent.errors import read_error_file
+from rallypoint.agent.logs import WorkerLogs
+from rallypoint.agent.ranks import NodeInfo as RankNode
+from rallypoint.agent.ranks import RankAssignment, compute_assignment
+from rallypoint.agent.report import FailureReport, WorkerFailure, failures_from_store
+from rallypoint.agent.workers import WorkerExit, WorkerGroup, WorkerSpec
+
+__all__ = ["AgentResult", "AgentSettings", "ElasticAgent", "Outcome"]
+
+log = logging.getLogger("rallypoint.agent")
+
+RESTARTS_KEY = "agent/restarts"
+FAILURES_PREFIX = "agent/failures/"
+
+
+def _restart_claim_key(round_: int) -> str:
+    return f"agent/restart-claim/{round_}"
+
+
+def _done_key(round_: int) -> str:
+    return f"agent/done/{round_}"
+
+
+class Outcome(Enum):
+    """How one attempt of the local workers ended."""
+
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    MEMBERSHIP = "membership"
+
+
+class AgentSignal(Exception):
+    """Raised in the agent's main thread when it receives a termination signal."""
+
+    def __init__(self, signum: int) -> None:
+        self.signum = signum
+        super().__init__(signal.Signals(signum).name)
+
+
+@dataclass(frozen=True)
+class AgentSettings:
+    """What the agent needs besides the rendezvous handler.
+
+    Attributes:
+        argv: the worker command line (the same for every local worker).
+        run_id: the job's run id.
+        max_restarts: the job-wide restart budget.
+        monitor_interval: how often the rendezvous is checked while workers run, in seconds.
+        exit_barrier_timeout: how long a finished node waits for the others, in seconds.
+        log_dir: where per-attempt logs, error files and ``failure.json`` go.
+        tee: which ranks reach the console.
+        worker_env: extra variables for every worker (collectives backend, ``[job] env``...).
+        strategy: the rank strategy record (or strategy object) and its validated options.
+        strategy_options: the validated ``[ranks.options]``.
+        stop_grace: seconds between SIGTERM and SIGKILL when stopping workers.
+        cwd: the workers' working directory.
+        labels: this node's labels, shared with the other nodes' rank strategies.
+    """
+
+    argv: Sequence[str]
+    run_id: str
+    max_restarts: int = 3
+    monitor_interval: float = 0.1
+    exit_barrier_timeout: float = 300.0
+    log_dir: Path = Path("runs")
+    tee: Any = "all"
+    worker_env: Mapping[str, str] = field(default_factory=dict)
+    strategy: Any = None
+    strategy_options: Any = None
+    stop_grace: float = 30.0
+    cwd: str | None = None
+
+
+@dataclass
+class AgentResult:
+    """How the agent's run ended.
+
+    Attributes:
+        exit_code: 0 on success, 1 on job failure, ``128 + N`` after signal N.
+        report: the failure report when the job failed.
+        rounds: rendezvous rounds this agent took part in.
+        restarts: restarts the job used.
+    """
+
+    exit_code: int
+    report: FailureReport | None = None
+    rounds: int = 0
+    restarts: int = 0
+
+
+class ElasticAgent:
+    """Runs one node's workers for the whole job.
+
+    Args:
+        handler: this node's rendezvous handler (:class:`rallypoint.rendezvous.handler.RendezvousHandler`).
+        settings: the job's agent settings.
+        pm: plugin manager whose agent hooks fire (``None``: no hooks).
+        console: where the agent's own messages go (``sys.stderr`` by default).
+    """
+
+    def __init__(self, handler: Any, settings: AgentSettings, *, pm: Any = None, console: TextIO | None = None) -> None:
+        self.handler = handler
+        self.backend = handler.backend
+        self.settings = settings
+        self.pm = pm
+        self.console = console
+        self.host = socket.gethostname()
+        self._group: WorkerGroup | None = None
+        self._signal: int | None = None
+        self.rounds = 0
+
+    # -- messages ----------------------------------------------------------------------------
+    def say(self, message: str) -> None:
+        """Print one agent message, prefixed so it stands apart from worker output."""
+        stream = self.console or sys.stderr
+        print(f"[rallypoint {self.host}] {message}", file=stream, flush=True)
+
+    # -- main loop ---------------------------------------------------------------------------
+    def run(self) -> AgentResult:
+        """Run the job on this node until it succeeds, fails or a signal stops it."""
+        from rallypoint.rendezvous.errors import RendezvousClosedError
+
+        restore = self._install_signal_handlers()
+        close = False
+        try:
+            while True:
+                try:
+                    result = self.handler.next_rendezvous()
+                except RendezvousClosedError:
+                    return self._after_close()
+                self.rounds += 1
+                restarts = self._restarts()
+                assignment = self._assign(result)
+                outcome, failures = self._run_attempt(result, assignment, restarts)
+                if outcome is Outcome.SUCCEEDED:
+                    if self._exit_barrier(result):
+                        close = True
+                        self.say(f"job {self.settings.run_id!r} succeeded")
+                        return AgentResult(0, rounds=self.rounds, restarts=restarts)
+                    continue  # a peer restarted the round while we waited: run again
+                if outcome is Outcome.FAILED:
+                    self._publish(failures)
+                    if not self._may_restart(result, failures):
+                        close = True
+                        return self._fail(restarts)
+                    continue
+                self.say(f"round {result.round} is over (membership changed); re-rendezvous")
+        except AgentSignal as sig:
+            self.say(f"received {sig}; stopping workers")
+            if self._group is not None:
+                self._group.stop(grace=self.settings.stop_grace, sig=sig.signum)
+            return AgentResult(128 + sig.signum, rounds=self.rounds)
+        finally:
+            if self._group is not None:
+                self._group.stop(grace=self.settings.stop_grace)
+            with contextlib.suppress(Exception):
+                self.handler.shutdown(close=close)
+            restore()
+
+    # -- one attempt ---------------------------------------------------------------------------
+    def _assign(self, result: Any) -> RankAssignment:
+        nodes = [
+            RankNode(
+                node_id=p.node_id,
+                group_rank=i,
+                host=p.host,
+                local_world_size=p.local_world_size,
+                labels=dict(p.labels),
+                env=dict(getattr(p, "env", {}) or {}),
+            )
+            for i, p in enumerate(result.participants)
+        ]
+        strategy = self.settings.strategy
+        if strategy is None:
+            from rallypoint.agent.ranks import DefaultStrategy
+
+            strategy = DefaultStrategy()
+        return compute_assignment(strategy, nodes, self.settings.strategy_options)
+
+    def _run_attempt(
+        self, result: Any, assignment: RankAssignment, restarts: int
+    ) -> tuple[Outcome, list[WorkerFailure]]:
+        node_id = result.node.node_id
+        mine = assignment.for_node(node_id)
+        attempt_dir = self.settings.log_dir / f"attempt_{restarts}"
+        attempt_dir.mkdir(parents=True, exist_ok=True)
+        logs = WorkerLogs(self.settings.log_dir, restarts, host=self.host, tee=self.settings.tee)
+        specs = []
+        for w in mine:
+            ctx = WorkerContext(
+                ranks=w,
+                run_id=self.settings.run_id,
+                round=result.round,
+                attempt=restarts,
+                max_restarts=self.settings.max_restarts,
+                master_addr=result.store.master_addr,
+                master_port=result.store.master_port,
+                error_file=attempt_dir / f"rank_{w.rank}.error.json",
+                host=self.host,
+            )
+            plugin_env: dict[str, str] = {}
+            if self.pm is not None:
+                for extra in self.pm.hook.rallypoint_worker_env(worker=ctx) or []:
+                    plugin_env.update(extra or {})
+            env = worker_environment(ctx, base=os.environ, extra=self.settings.worker_env, plugin_env=plugin_env)
+            with contextlib.suppress(FileNotFoundError):
+                ctx.error_file.unlink()
+            specs.append(WorkerSpec(rank=w.rank, argv=list(self.settings.argv), env=env, cwd=self.settings.cwd))
+        contexts = {w.rank: w for w in mine}
+        self.say(
+            f"round {result.round}, attempt {restarts}: {result.num_nodes} node(s), {assignment.world_size} "
+            f"worker(s); group rank {result.group_rank} runs ranks {[w.rank for w in mine]}; "
+            f"store {result.store.master_addr}:{result.store.master_port}"
+        )
+        group = WorkerGroup(logs=logs)
+        self._group = group
+        group.start(specs)
+        if self.pm is not None:
+            self.pm.hook.rallypoint_agent_workers_started(group=group)
+        try:
+            outcome, bad = self._monitor(group)
+            stop_time = time.time()
+            exits = group.stop(grace=self.settings.stop_grace)
+            logs.close()
+            failures = []
+            if outcome is Outcome.FAILED:
+                for ex in sorted(exits.values(), key=lambda e: e.exited_at):
+                    if ex.ok or (ex is not bad and ex.exited_at >= stop_time):
+                        continue  # stopped by us, not a failure of its own
+                    failures.append(self._failure(ex, contexts[ex.rank], logs, attempt_dir, restarts, node_id))
+                if self.pm is not None:
+                    for f in failures:
+                        self.pm.hook.rallypoint_agent_worker_failed(failure=f)
+            return outcome, failures
+        finally:
+            self._group = None
+
+    def _monitor(self, group: WorkerGroup) -> tuple[Outcome, WorkerExit | None]:
+        interval = self.settings.monitor_interval
+        total = len(group.pids)
+        while True:
+            ex = group.wait_any(timeout=interval)
+            if ex is not None:
+                if not ex.ok:
+                    return Outcome.FAILED, ex
+                if len(group.exits) == total and all(e.ok for e in group.exits.values()):
+                    return Outcome.SUCCEEDED, None
+                continue
+            if self.handler.num_nodes_waiting() > 0:
+                return Outcome.MEMBERSHIP, None
+
+    def _failure(
+        self,
+        ex: WorkerExit,
+        ranks: Any,
+        logs: WorkerLogs,
+        attempt_dir: Path,
+        attempt: int,
+        node_id: str,
+    ) -> WorkerFailure:
+        err = read_error_file(attempt_dir / f"rank_{ex.rank}.error.json")
+        log_file = logs.log_path(ex.rank)
+        return WorkerFailure(
+            rank=ex.rank,
+            local_rank=ranks.local_rank,
+            host=self.host,
+            node_id=node_id,
+            attempt=attempt,
+            pid=ex.pid,
+            exit_code=ex.exit_code,
+            signal=ex.signal_name,
+            time=ex.exited_at,
+            reason=ex.describe(),
+            exception=err.message if err is not None and err.problem is None else None,
+            traceback=err.traceback if err is not None else None,
+            stderr_tail=tuple(logs.stderr_tail(ex.rank)),
+            log_file=str(log_file) if log_file else None,
+        )
+
+    # -- job-wide state in the rendezvous store -----------------------------------------------
+    def _restarts(self) -> int:
+        entry = self.backend.get(RESTARTS_KEY)
+        return int(entry.value) if entry is not None else 0
+
+    def _publish(self, failures: list[WorkerFailure]) -> None:
+        for f in failures:
+            key = f"{FAILURES_PREFIX}{f.attempt}/{f.node_id}/{f.rank}"
+            self.backend.set(key, f.to_json())
+        for f in failures:
+            self.say(f"worker {f.headline()}")
+
+    def _may_restart(self, result: Any, failures: list[WorkerFailure]) -> bool:
+        """Decide (once per round, job-wide) whether the job restarts after a failure."""
+        decision = None
+        if self.pm is not None and failures:
+            decision = self.pm.hook.rallypoint_agent_should_restart(failure=failures[0])
+        claimed, _ = self.backend.compare_and_set(_restart_claim_key(result.round), self.handler.node_id, version=None)
+        if not claimed:
+            return True  # another node already decided for this round; the rendezvous tells us the rest
+        if decision is False:
+            self.say("a rallypoint_agent_should_restart hook declined the restart")
+            return False
+        used = self._restarts()
+        if decision is None and used >= self.settings.max_restarts:
+            return False
+        count = self.backend.add(RESTARTS_KEY, 1)
+        self.say(f"restarting the job ({count} of {self.settings.max_restarts} restart(s) used)")
+        return True
+
+    def _exit_barrier(self, result: Any) -> bool:
+        """Wait until every node's workers finished; ``False`` if the round restarted meanwhile."""
+        key = _done_key(result.round)
+        self.backend.add(key, 1)
+        deadline = time.monotonic() + self.settings.exit_barrier_timeout
+        while True:
+            entry = self.backend.get(key)
+            if entry is not None and int(entry.value) >= result.num_nodes:
+                return True
+            if self.handler.round_is_over() and not self.handler.is_closed():
+                return False
+            left = deadline - time.monotonic()
+            if left <= 0:
+                self.say(
+                    f"exit barrier: {int(entry.value) if entry else 0} of {result.num_nodes} node(s) finished "
+                    f"within {self.settings.exit_barrier_timeout:g}s; exiting anyway"
+                )
+                return True
+            self.backend.watch(key, version=entry.version if entry else None, timeout=min(left, 0.5))
+
+    def _gather_report(self, restarts: int) -> FailureReport:
+        entries = self.backend.list(FAILURES_PREFIX)
+        failures = failures_from_store([e.value for e in entries.values()])
+        return FailureReport.build(
+            self.settings.run_id, failures, restarts=restarts, max_restarts=self.settings.max_restarts
+        )
+
+    def _fail(self, restarts: int) -> AgentResult:
+        report = self._gather_report(restarts)
+        path = report.write(self.settings.log_dir / "failure.json")
+        self.say("job failed\n" + report.format() + f"\n\nfull report: {path}")
+        return AgentResult(1, report, rounds=self.rounds, restarts=restarts)
+
+    def _after_close(self) -> AgentResult:
+        """The rendezvous was closed by another node: the job is over."""
+        restarts = self._restarts()
+        report = self._gather_report(restarts)
+        if report.failures:
+            return self._fail(restarts)
+        self.say("the job was closed by another node")
+        return AgentResult(0, rounds=self.rounds, restarts=restarts)
+
+    # -- signals -----------------------------------------------------------------------------
+    def _install_signal_handlers(self) -> Callable[[], None]:
+        if threading.current_thread() is not threading.main_thread():
+            return lambda: None
+
+        def handle(signum: int, _frame: Any) -> None:
+            raise AgentSignal(signum)
+
+        previous = {}
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            previous[sig] = signal.signal(sig, handle)
+
+        def restore() -> None:
+            for sig, old in previous.items():
+                signal.signal(sig, old)
+
+        return restore
