@@ -182,9 +182,6 @@ class ElasticAgent:
                     continue
                 self.say(f"round {result.round} is over (membership changed); re-rendezvous")
         except AgentSignal as sig:
-            self.say(f"received {sig}; stopping workers")
-            if self._group is not None:
-                self._group.stop(grace=self.settings.stop_grace, sig=sig.signum)
             return AgentResult(128 + sig.signum, rounds=self.rounds)
         finally:
             if self._group is not None:
@@ -268,6 +265,11 @@ class ElasticAgent:
                     for f in failures:
                         self.pm.hook.rallypoint_agent_worker_failed(failure=f)
             return outcome, failures
+        except AgentSignal as sig:
+            self.say(f"received {sig}; stopping workers")
+            group.stop(grace=self.settings.stop_grace, sig=sig.signum)
+            logs.close()
+            raise
         finally:
             self._group = None
 

@@ -1,0 +1,302 @@
+"""Whole jobs through ``rallypoint run``: real agents, real workers, real gloo collectives."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+RALLYPOINT = [sys.executable, "-c", "from rallypoint.core.cli import entrypoint; entrypoint()"]
+
+ENV_CHECK = """
+import json, os, sys
+import torch
+import torch.distributed as dist
+
+NAMES = ["RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
+         "ROLE_RANK", "ROLE_NAME", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+         "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID",
+         "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_ERROR_FILE", "OMP_NUM_THREADS"]
+dist.init_process_group("gloo", init_method="env://")
+t = torch.tensor([float(dist.get_rank() + 1)])
+dist.all_reduce(t)
+out = {name: os.environ.get(name) for name in NAMES}
+out["sum"] = t.item()
+out["init_world"] = dist.get_world_size()
+with open(os.path.join(sys.argv[1], f"rank{dist.get_rank()}.json"), "w") as f:
+    json.dump(out, f)
+dist.destroy_process_group()
+"""
+
+CRASH_UNTIL = """
+import os, sys
+from rallypoint.agent.errors import record
+
+@record
+def main():
+    rank = int(os.environ["RANK"])
+    attempt = int(os.environ["TORCHELASTIC_RESTART_COUNT"])
+    with open(os.path.join(sys.argv[2], f"rank{rank}.attempt{attempt}"), "w") as f:
+        f.write(os.environ["WORLD_SIZE"])
+    if rank == 1 and attempt < int(sys.argv[1]):
+        raise ValueError(f"planned failure on attempt {attempt}")
+
+main()
+"""
+
+SLEEPER = """
+import os, signal, sys, time
+out = sys.argv[1]
+rank = os.environ["RANK"]
+def on_term(signum, frame):
+    with open(os.path.join(out, f"term{rank}"), "w") as f:
+        f.write("SIGTERM")
+    sys.exit(0)
+signal.signal(signal.SIGTERM, on_term)
+with open(os.path.join(out, f"pid{rank}"), "w") as f:
+    f.write(str(os.getpid()))
+time.sleep(120)
+"""
+
+
+def run(args: list[str], cwd: Path, timeout: float = 120, **kw) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RALLYPOINT_")}
+    return subprocess.run([*RALLYPOINT, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, **kw)
+
+
+def script(tmp_path: Path, name: str, body: str) -> Path:
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(body))
+    return path
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    stat = Path(f"/proc/{pid}/stat")
+    return not (stat.exists() and stat.read_text().split(")")[-1].split()[0] == "Z")
+
+
+def test_a_torchrun_script_runs_unmodified_with_the_full_environment(tmp_path: Path) -> None:
+    check = script(tmp_path, "check.py", ENV_CHECK)
+    result = run(["run", "--nproc-per-node", "2", "--run-id", "envjob", str(check), str(tmp_path)], tmp_path)
+    assert result.returncode == 0, result.stderr
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+    for rank, seen in enumerate(ranks):
+        assert seen["RANK"] == str(rank)
+        assert seen["LOCAL_RANK"] == str(rank)
+        assert seen["WORLD_SIZE"] == "2"
+        assert seen["LOCAL_WORLD_SIZE"] == "2"
+        assert seen["GROUP_RANK"] == "0"
+        assert seen["GROUP_WORLD_SIZE"] == "1"
+        assert seen["ROLE_RANK"] == str(rank)
+        assert seen["ROLE_NAME"] == "default"
+        assert seen["ROLE_WORLD_SIZE"] == "2"
+        assert seen["TORCHELASTIC_RESTART_COUNT"] == "0"
+        assert seen["TORCHELASTIC_MAX_RESTARTS"] == "3"
+        assert seen["TORCHELASTIC_RUN_ID"] == "envjob"
+        assert seen["TORCHELASTIC_USE_AGENT_STORE"] == "False"
+        assert seen["TORCHELASTIC_ERROR_FILE"].endswith(f"attempt_0/rank_{rank}.error.json")
+        assert seen["OMP_NUM_THREADS"] == "1"
+        assert seen["sum"] == 3.0
+        assert seen["init_world"] == 2
+    assert ranks[0]["MASTER_ADDR"] == ranks[1]["MASTER_ADDR"] == "127.0.0.1"
+    assert ranks[0]["MASTER_PORT"] == ranks[1]["MASTER_PORT"]
+    # console lines carry the [host:rank] prefix; logs are kept per attempt and rank
+    assert (tmp_path / "runs" / "envjob" / "attempt_0" / "rank_1.log").exists()
+
+
+def test_a_crashing_worker_is_restarted_and_the_job_succeeds(tmp_path: Path) -> None:
+    crash = script(tmp_path, "crash.py", CRASH_UNTIL)
+    result = run(
+        ["run", "--nproc-per-node", "2", "--max-restarts", "3", "--run-id", "r1", str(crash), "2", str(tmp_path)],
+        tmp_path,
+    )
+    assert result.returncode == 0, result.stderr
+    # attempts 0 and 1 failed on rank 1, attempt 2 succeeded; every rank saw every attempt
+    for attempt in range(3):
+        for rank in range(2):
+            assert (tmp_path / f"rank{rank}.attempt{attempt}").read_text() == "2"
+    assert not (tmp_path / "rank0.attempt3").exists()
+    assert "restarting the job (2 of 3 restart(s) used)" in result.stderr
+    assert "job 'r1' succeeded" in result.stderr
+
+
+def test_exhausting_the_budget_gives_one_root_cause_report(tmp_path: Path) -> None:
+    crash = script(tmp_path, "crash.py", CRASH_UNTIL)
+    result = run(
+        ["run", "--nproc-per-node", "2", "--max-restarts", "1", "--run-id", "r2", str(crash), "9", str(tmp_path)],
+        tmp_path,
+    )
+    assert result.returncode == 1
+    assert "job 'r2' failed after 1 of 1 restart(s)" in result.stderr
+    assert result.stderr.count("root cause (first failure of the last attempt):") == 1
+    assert "rank 1 (local 1) on" in result.stderr
+    assert "error: ValueError: planned failure on attempt 1" in result.stderr
+    assert 'raise ValueError(f"planned failure on attempt {attempt}")' in result.stderr
+    report = json.loads((tmp_path / "runs" / "r2" / "failure.json").read_text())
+    root = report["root_cause"]
+    assert (root["rank"], root["exit_code"], root["attempt"]) == (1, 1, 1)
+    assert root["exception"] == "ValueError: planned failure on attempt 1"
+    assert "planned failure" in root["traceback"]
+    assert [f["attempt"] for f in report["failures"]] == [1, 0]
+
+
+def test_a_worker_killed_by_a_signal_is_reported_by_signal_name(tmp_path: Path) -> None:
+    killer = script(
+        tmp_path,
+        "killer.py",
+        "import os, signal\nif os.environ['RANK'] == '0':\n    os.kill(os.getpid(), signal.SIGKILL)\n",
+    )
+    result = run(["run", "--nproc-per-node", "2", "--max-restarts", "0", "--run-id", "sig", str(killer)], tmp_path)
+    assert result.returncode == 1
+    assert "rank 0 (local 0) on" in result.stderr
+    assert "signal SIGKILL" in result.stderr
+
+
+def test_sigterm_is_forwarded_to_workers(tmp_path: Path) -> None:
+    sleeper = script(tmp_path, "sleeper.py", SLEEPER)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RALLYPOINT_")}
+    agent = subprocess.Popen(
+        [*RALLYPOINT, "run", "--nproc-per-node", "2", "--run-id", "term", str(sleeper), str(tmp_path)],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not all((tmp_path / f"pid{r}").exists() for r in range(2)):
+            assert time.monotonic() < deadline, "workers did not start"
+            time.sleep(0.05)
+        agent.send_signal(signal.SIGTERM)
+        _, err = agent.communicate(timeout=60)
+    finally:
+        agent.kill()
+    assert agent.returncode == 128 + signal.SIGTERM, err
+    assert "received SIGTERM; stopping workers" in err
+    for rank in range(2):
+        assert (tmp_path / f"term{rank}").read_text() == "SIGTERM"
+
+
+def test_an_agent_killed_with_sigkill_leaves_no_worker_behind(tmp_path: Path) -> None:
+    sleeper = script(tmp_path, "sleeper.py", SLEEPER)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RALLYPOINT_")}
+    agent = subprocess.Popen(
+        [*RALLYPOINT, "run", "--nproc-per-node", "2", "--run-id", "orphans", str(sleeper), str(tmp_path)],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not all((tmp_path / f"pid{r}").exists() for r in range(2)):
+            assert time.monotonic() < deadline, "workers did not start"
+            time.sleep(0.05)
+        pids = [int((tmp_path / f"pid{r}").read_text()) for r in range(2)]
+        assert all(alive(p) for p in pids)
+        agent.kill()
+        agent.wait(timeout=10)
+        deadline = time.monotonic() + 5
+        while any(alive(p) for p in pids) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not any(alive(p) for p in pids), "workers outlived their agent"
+    finally:
+        agent.kill()
+
+
+def test_two_jobs_on_one_host_neither_collide_nor_merge(tmp_path: Path) -> None:
+    check = script(tmp_path, "check.py", ENV_CHECK)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RALLYPOINT_")}
+    outs = [tmp_path / "a", tmp_path / "b"]
+    procs = []
+    for out in outs:
+        out.mkdir()
+        procs.append(
+            subprocess.Popen(
+                [*RALLYPOINT, "run", "--nproc-per-node", "2", str(check), str(out)],
+                cwd=out,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
+    results = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], results
+    seen = [[json.loads((out / f"rank{r}.json").read_text()) for r in range(2)] for out in outs]
+    for job in seen:
+        assert [s["sum"] for s in job] == [3.0, 3.0]  # two workers each, not four
+        assert {s["TORCHELASTIC_RUN_ID"] for s in job} != set()
+    assert seen[0][0]["MASTER_PORT"] != seen[1][0]["MASTER_PORT"]
+    assert seen[0][0]["TORCHELASTIC_RUN_ID"] != seen[1][0]["TORCHELASTIC_RUN_ID"]
+
+
+def test_two_agents_on_loopback_with_the_file_backend(tmp_path: Path) -> None:
+    check = script(tmp_path, "check.py", ENV_CHECK)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RALLYPOINT_")}
+    common = [
+        "run",
+        "--nnodes",
+        "2",
+        "--rdzv-backend",
+        "file",
+        "--rdzv-endpoint",
+        str(tmp_path / "rdzv"),
+        "--run-id",
+        "two",
+        "--local-addr",
+        "127.0.0.1",
+    ]
+    procs = [
+        subprocess.Popen(
+            [*RALLYPOINT, *common, "--nproc-per-node", str(n), "--node-id", f"node{i}", str(check), str(tmp_path)],
+            cwd=tmp_path,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i, n in enumerate((2, 1))
+    ]
+    results = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], results
+    seen = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(3)]
+    assert [s["sum"] for s in seen] == [6.0, 6.0, 6.0]
+    assert {s["WORLD_SIZE"] for s in seen} == {"3"}
+    assert {s["GROUP_WORLD_SIZE"] for s in seen} == {"2"}
+    by_group = sorted((s["GROUP_RANK"], s["LOCAL_WORLD_SIZE"]) for s in seen)
+    assert by_group in ([("0", "1"), ("1", "2"), ("1", "2")], [("0", "2"), ("0", "2"), ("1", "1")])
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["run"], "nothing to run: give SCRIPT [ARGS...]"),
+        (["run", "--nnodes", "2", "x.py"], "backend 'memory' only works within one agent process"),
+        (
+            ["run", "--nnodes", "2", "--rdzv-backend", "file", "--rdzv-endpoint", "d", "x.py"],
+            "a multi-node job needs a run id that every node shares",
+        ),
+        (["run", "--nnodes", "two", "x.py"], "--nnodes (command line): nodes: expected N or MIN:MAX, got 'two'"),
+        (["run", "--rdzv-backend", "etdc", "x.py"], "unknown rendezvous backend 'etdc'"),
+        (["run", "missing.py"], "no such script: missing.py"),
+    ],
+)
+def test_usage_and_config_errors_exit_2_without_traceback(tmp_path: Path, args: list[str], message: str) -> None:
+    (tmp_path / "x.py").write_text("pass\n")
+    result = run(args, tmp_path, timeout=60)
+    assert result.returncode == 2, result.stderr
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr
