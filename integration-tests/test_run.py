@@ -300,3 +300,146 @@ def test_usage_and_config_errors_exit_2_without_traceback(tmp_path: Path, args: 
     assert result.returncode == 2, result.stderr
     assert message in result.stderr
     assert "Traceback" not in result.stderr
+
+
+MEMBERSHIP = """
+import json, os, sys, time
+out = sys.argv[1]
+rnd = int(os.environ["RALLYPOINT_ROUND"])
+rank = os.environ["RANK"]
+with open(os.path.join(out, f"r{rnd}.rank{rank}.{os.getpid()}"), "w") as f:
+    json.dump({k: os.environ[k] for k in ("WORLD_SIZE", "GROUP_WORLD_SIZE", "TORCHELASTIC_RESTART_COUNT")}, f)
+if rnd == 0:
+    time.sleep(60)  # the first round runs until a node dies
+"""
+
+
+def test_a_dead_agent_makes_the_survivors_re_rendezvous_and_finish(tmp_path: Path) -> None:
+    """R3: SIGKILL one agent of three (min 2): no orphans, the others notice, regroup and finish."""
+    body = script(tmp_path, "member.py", MEMBERSHIP)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RALLYPOINT_")}
+    common = [
+        "run",
+        "--nnodes",
+        "2:3",
+        "--nproc-per-node",
+        "1",
+        "--rdzv-backend",
+        "file",
+        "--rdzv-endpoint",
+        str(tmp_path / "rdzv"),
+        "--run-id",
+        "r3",
+        "--local-addr",
+        "127.0.0.1",
+        "--set",
+        "rendezvous.heartbeat_interval=0.25s",
+        "--set",
+        "rendezvous.heartbeat_timeout=1.5s",
+        "--set",
+        "rendezvous.last_call_timeout=1s",
+    ]
+    agents = [
+        subprocess.Popen(
+            [*RALLYPOINT, *common, "--node-id", f"n{i}", str(body), str(tmp_path)],
+            cwd=tmp_path,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(3)
+    ]
+    try:
+        deadline = time.monotonic() + 60
+        while len(list(tmp_path.glob("r0.rank*"))) < 3:
+            assert time.monotonic() < deadline, "round 0 did not start three workers"
+            time.sleep(0.05)
+        victim_pid = next(int(p.name.split(".")[-1]) for p in tmp_path.glob("r0.rank2.*"))
+        killed_at = time.monotonic()
+        victim = next(a for a in agents if a.pid in _ancestors(victim_pid))
+        victim.kill()
+        survivors = [a for a in agents if a is not victim]
+        results = [a.communicate(timeout=60) for a in survivors]
+        elapsed = time.monotonic() - killed_at
+    finally:
+        for a in agents:
+            a.kill()
+    assert [a.returncode for a in survivors] == [0, 0], results
+    assert not alive(victim_pid), "the dead agent's worker survived it"
+    later = sorted(p.name for p in tmp_path.glob("r*.rank*") if not p.name.startswith("r0."))
+    assert len(later) == 2, later
+    for name in later:
+        seen = json.loads((tmp_path / name).read_text())
+        assert seen == {"WORLD_SIZE": "2", "GROUP_WORLD_SIZE": "2", "TORCHELASTIC_RESTART_COUNT": "0"}
+    # heartbeat_timeout (1.5 s) + 1 s to notice, plus a rendezvous and two short worker runs
+    assert elapsed < 8, f"survivors took {elapsed:.1f}s"
+
+
+def _ancestors(pid: int) -> set[int]:
+    out = set()
+    while pid > 1:
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except FileNotFoundError:
+            break
+        pid = int(stat.rsplit(")", 1)[1].split()[1])
+        out.add(pid)
+    return out
+
+
+def test_a_late_node_grows_the_job_without_spending_restarts(tmp_path: Path) -> None:
+    body = script(tmp_path, "member.py", MEMBERSHIP)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RALLYPOINT_")}
+    common = [
+        "run",
+        "--nnodes",
+        "1:2",
+        "--nproc-per-node",
+        "1",
+        "--rdzv-backend",
+        "file",
+        "--rdzv-endpoint",
+        str(tmp_path / "rdzv"),
+        "--run-id",
+        "grow",
+        "--local-addr",
+        "127.0.0.1",
+        "--max-restarts",
+        "0",
+        "--set",
+        "rendezvous.last_call_timeout=0.5s",
+    ]
+    first = subprocess.Popen(
+        [*RALLYPOINT, *common, "--node-id", "a", str(body), str(tmp_path)],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    second = None
+    try:
+        deadline = time.monotonic() + 60
+        while not list(tmp_path.glob("r0.rank0.*")):
+            assert time.monotonic() < deadline, "the first node did not start"
+            time.sleep(0.05)
+        second = subprocess.Popen(
+            [*RALLYPOINT, *common, "--node-id", "b", str(body), str(tmp_path)],
+            cwd=tmp_path,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        results = [p.communicate(timeout=60) for p in (first, second)]
+    finally:
+        first.kill()
+        if second is not None:
+            second.kill()
+    assert [first.returncode, second.returncode] == [0, 0], results
+    assert "membership changed" in results[0][1]
+    grown = sorted(p.name.split(".")[1] for p in tmp_path.glob("r1.rank*"))
+    assert grown == ["rank0", "rank1"]
+    for path in tmp_path.glob("r1.rank*"):
+        assert json.loads(path.read_text())["WORLD_SIZE"] == "2"

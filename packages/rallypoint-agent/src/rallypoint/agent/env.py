@@ -36,6 +36,7 @@ PROTECTED = frozenset(
         "TORCHELASTIC_RUN_ID",
         "TORCHELASTIC_USE_AGENT_STORE",
         "TORCHELASTIC_ERROR_FILE",
+        "RALLYPOINT_ROUND",
     }
 )
 
@@ -126,6 +127,7 @@ def worker_environment(
             "TORCHELASTIC_RUN_ID": ctx.run_id,
             "TORCHELASTIC_USE_AGENT_STORE": "False",
             "TORCHELASTIC_ERROR_FILE": str(ctx.error_file),
+            "RALLYPOINT_ROUND": str(ctx.round),
         }
     )
     # torchrun's defaults: one OpenMP thread per worker when several share a node, async NCCL
