@@ -161,7 +161,8 @@ class ElasticAgent:
         try:
             while True:
                 try:
-                    result = self.handler.next_rendezvous()
+                    with self._waiting_line():
+                        result = self.handler.next_rendezvous()
                 except RendezvousClosedError:
                     return self._after_close()
                 self.rounds += 1
@@ -386,6 +387,51 @@ class ElasticAgent:
             return self._fail(restarts)
         self.say("the job was closed by another node")
         return AgentResult(0, rounds=self.rounds, restarts=restarts)
+
+    # -- live status while waiting for nodes ------------------------------------------------------
+    @contextlib.contextmanager
+    def _waiting_line(self) -> Any:
+        """On a terminal, show a live line while the rendezvous gathers nodes; silent otherwise."""
+        stream = self.console or sys.stderr
+        if not (hasattr(stream, "isatty") and stream.isatty()):
+            yield
+            return
+        stop = threading.Event()
+        shown = threading.Event()
+        started = time.monotonic()
+        timeouts = self.handler.timeouts
+        settings = self.handler.settings
+
+        def show() -> None:
+            from rallypoint.rendezvous.state import HEADER_KEY, Header, count_key
+
+            while not stop.wait(0.5):
+                try:
+                    entry = self.backend.get(HEADER_KEY)
+                    header = Header.from_json(entry.value) if entry is not None else Header()
+                    target = header.round + 1 if header.complete else header.round
+                    count = self.backend.get(count_key(target))
+                except Exception:  # noqa: BLE001 - the line is cosmetic; never disturb the rendezvous
+                    continue
+                joined = int(count.value) if count is not None else 0
+                left = max(0.0, timeouts.join - (time.monotonic() - started))
+                stream.write(
+                    f"\r[rallypoint] waiting for nodes: {joined} joined (min {settings.min_nodes}, "
+                    f"max {settings.max_nodes}), {left:.0f}s left \x1b[K"
+                )
+                stream.flush()
+                shown.set()
+
+        thread = threading.Thread(target=show, name="rallypoint-waiting-line", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join(timeout=1)
+            if shown.is_set():
+                stream.write("\r\x1b[K")
+                stream.flush()
 
     # -- signals -----------------------------------------------------------------------------
     def _install_signal_handlers(self) -> Callable[[], None]:

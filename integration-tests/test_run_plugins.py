@@ -1,0 +1,203 @@
+"""Agent hooks from a third-party plugin, ``rallypoint status``, and the live waiting line."""
+
+from __future__ import annotations
+
+import os
+import pty
+import select
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+RALLYPOINT = [sys.executable, "-c", "from rallypoint.core.cli import entrypoint; entrypoint()"]
+
+PLUGIN = """
+import os
+from rallypoint.core.plugins import hookimpl
+
+OUT = os.environ["ACME_OUT"]
+
+def note(name, text):
+    with open(os.path.join(OUT, name), "a") as f:
+        f.write(text + "\\n")
+
+@hookimpl
+def rallypoint_worker_env(worker):
+    return {"ACME_RANK_PLUS_100": str(worker.ranks.rank + 100), "RANK": "999"}
+
+@hookimpl
+def rallypoint_agent_workers_started(group):
+    note("started", ",".join(str(r) for r in sorted(group.pids)))
+
+@hookimpl
+def rallypoint_agent_worker_failed(failure):
+    note("failed", f"{failure.rank}:{failure.reason}")
+
+@hookimpl
+def rallypoint_agent_should_restart(failure):
+    return False
+"""
+
+WORKER = """
+import os, sys
+out = sys.argv[1]
+with open(os.path.join(out, "worker" + os.environ["RANK"]), "w") as f:
+    f.write(os.environ["ACME_RANK_PLUS_100"])
+if os.environ["RANK"] == "1":
+    sys.exit(3)
+"""
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RALLYPOINT_")}
+    env.update(extra)
+    return env
+
+
+def _install_plugin(site: Path) -> None:
+    site.mkdir()
+    (site / "acme_hooks.py").write_text(textwrap.dedent(PLUGIN))
+    info = site / "acme_hooks-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: acme-hooks\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text("[rallypoint]\nacme = acme_hooks\n")
+
+
+def test_agent_hooks_of_a_third_party_plugin_run(tmp_path: Path) -> None:
+    _install_plugin(tmp_path / "site")
+    (tmp_path / "worker.py").write_text(textwrap.dedent(WORKER))
+    result = subprocess.run(
+        [
+            *RALLYPOINT,
+            "run",
+            "--nproc-per-node",
+            "2",
+            "--max-restarts",
+            "3",
+            "--run-id",
+            "hooks",
+            str(tmp_path / "worker.py"),
+            str(tmp_path),
+        ],
+        cwd=tmp_path,
+        env=_env(PYTHONPATH=str(tmp_path / "site"), ACME_OUT=str(tmp_path)),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    # rallypoint_worker_env added a variable but could not override RANK
+    assert (tmp_path / "worker0").read_text() == "100"
+    assert (tmp_path / "worker1").read_text() == "101"
+    assert (tmp_path / "started").read_text() == "0,1\n"
+    assert (tmp_path / "failed").read_text() == "1:exit code 3\n"
+    # rallypoint_agent_should_restart said no, although the budget had 3 restarts left
+    assert result.returncode == 1, result.stderr
+    assert "a rallypoint_agent_should_restart hook declined the restart" in result.stderr
+    assert "job 'hooks' failed after 0 of 3 restart(s)" in result.stderr
+
+
+def test_status_shows_a_running_job(tmp_path: Path) -> None:
+    (tmp_path / "sleep.py").write_text("import time\ntime.sleep(60)\n")
+    rdzv = str(tmp_path / "rdzv")
+    agent = subprocess.Popen(
+        [
+            *RALLYPOINT,
+            "run",
+            "--rdzv-backend",
+            "file",
+            "--rdzv-endpoint",
+            rdzv,
+            "--run-id",
+            "st",
+            "--node-id",
+            "solo",
+            str(tmp_path / "sleep.py"),
+        ],
+        cwd=tmp_path,
+        env=_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            status = subprocess.run(
+                [*RALLYPOINT, "status", "--rdzv-backend", "file", "--rdzv-endpoint", rdzv, "--run-id", "st"],
+                cwd=tmp_path,
+                env=_env(),
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            if "running" in status.stdout or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+    finally:
+        agent.kill()
+        agent.wait()
+    assert status.returncode == 0, status.stderr
+    assert "run:       st" in status.stdout
+    assert "round:     0 (running)" in status.stdout
+    assert "  0: solo" in status.stdout
+    assert "restarts:  0" in status.stdout
+
+    missing = subprocess.run(
+        [*RALLYPOINT, "status", "--rdzv-backend", "file", "--rdzv-endpoint", rdzv, "--run-id", "nope"],
+        cwd=tmp_path,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert missing.returncode == 1
+    assert "no rendezvous state" in missing.stdout
+
+
+def test_a_terminal_shows_a_live_line_while_waiting_for_nodes(tmp_path: Path) -> None:
+    (tmp_path / "x.py").write_text("pass\n")
+    main, child = pty.openpty()
+    agent = subprocess.Popen(
+        [
+            *RALLYPOINT,
+            "run",
+            "--nnodes",
+            "2",
+            "--rdzv-backend",
+            "file",
+            "--rdzv-endpoint",
+            str(tmp_path / "rdzv"),
+            "--run-id",
+            "wait",
+            "--set",
+            "rendezvous.join_timeout=3s",
+            str(tmp_path / "x.py"),
+        ],
+        cwd=tmp_path,
+        env=_env(),
+        stdin=subprocess.DEVNULL,
+        stdout=child,
+        stderr=child,
+    )
+    os.close(child)
+    seen = b""
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and agent.poll() is None:
+            ready, _, _ = select.select([main], [], [], 0.2)
+            if ready:
+                try:
+                    seen += os.read(main, 4096)
+                except OSError:
+                    break
+        agent.wait(timeout=30)
+    finally:
+        agent.kill()
+        os.close(main)
+    text = seen.decode(errors="replace")
+    assert "waiting for nodes: 1 joined (min 2, max 2)" in text
+    # and the join timeout ends it with the timeout error naming what was missing
+    assert agent.returncode != 0
+    assert "join" in text
