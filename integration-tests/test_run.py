@@ -443,3 +443,25 @@ def test_a_late_node_grows_the_job_without_spending_restarts(tmp_path: Path) -> 
     assert grown == ["rank0", "rank1"]
     for path in tmp_path.glob("r1.rank*"):
         assert json.loads(path.read_text())["WORLD_SIZE"] == "2"
+
+
+def test_module_mode_and_tee_filter(tmp_path: Path) -> None:
+    pkg = tmp_path / "mypkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "hello.py").write_text("import os, sys\nprint('hello from', os.environ['RANK'], sys.argv[1:])\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RALLYPOINT_")}
+    env["PYTHONPATH"] = str(tmp_path)
+    result = subprocess.run(
+        [*RALLYPOINT, "run", "--nproc-per-node", "3", "--tee", "rank0", "--run-id", "mod", "-m", "mypkg.hello", "--x"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "hello from 0 ['--x']" in result.stdout
+    assert "hello from 1" not in result.stdout  # filtered from the console...
+    log = tmp_path / "runs" / "mod" / "attempt_0" / "rank_1.log"
+    assert "hello from 1 ['--x']" in log.read_text()  # ...but kept in its log file
