@@ -1,0 +1,508 @@
+"""The agent against torchrun: whole command (P1), restart latency (P3), agent memory (P8).
+
+Three measures, each side by side with torch in the same run (sides alternate, the order flips
+every round, medians are compared). Jobs run in a temporary directory removed at the end
+(P3 gives each sample its own output directory), on loopback only (``GLOO_SOCKET_IFNAME=lo``
+for both sides):
+
+* P1, whole command: ``rallypoint run --nproc-per-node 2 trivial.py`` against ``torchrun
+  --standalone --nproc-per-node 2 trivial.py``, timed from spawn to exit. ``trivial.py`` (written
+  by the benchmark) does ``init_process_group("gloo")``, one ``all_reduce`` (checked) and
+  ``destroy_process_group()``; a non-zero exit fails the benchmark. The details also report our
+  agent's start-up: ``rallypoint --version``, a bare ``python -c pass``, importing the agent and
+  the rendezvous handler, and (for scale) ``import torch``. Target <= 0.6x.
+* P3, restart latency: the same job under both launchers with one restart allowed and a 0.1 s
+  monitor interval (``--max-restarts 1``; ``--monitor-interval 100ms`` / ``0.1``). On attempt 0
+  (``TORCHELASTIC_RESTART_COUNT == "0"``) both ranks record that they started, then rank 1, once
+  both are up, records ``time.time()`` and SIGKILLs itself. On attempt 1 each worker records
+  ``time.time()`` on its very first line (no torch import at all) and exits 0. A sample is
+  ``max(first-line times of attempt 1) - kill time``; the command must exit 0 and every file
+  must be there (so both launchers restarted exactly once). Target <= 0.5x.
+* P8, agent peak resident memory: the trivial job (workers also sleep 2 s) under each
+  launcher, reading the agent's ``VmHWM`` from ``/proc/<pid>/status`` every 20 ms until it
+  exits (the agent is the ``rallypoint`` process; torchrun's is the ``torchrun`` process).
+  Samples are MiB, not seconds. Target <= 0.3x.
+
+Run from the repository root:
+
+    .venv/bin/python tools/bench/agent.py --rounds 5          # P1, P3 and P8
+    .venv/bin/python tools/bench/agent.py --only p3           # one measure
+    .venv/bin/python tools/bench/agent.py --smoke --only p1   # CI: 1 warm-up, 2 rounds
+
+The last line is the ratio of the first measure run (P1 when all three run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):  # run as a script: make `tools.bench` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from tools.bench.harness import (
+    BenchmarkError,
+    Command,
+    Comparison,
+    bench_parser,
+    compare,
+    find_executable,
+    format_duration,
+    format_ratio,
+    format_report,
+    ratio_line,
+    settings_from_args,
+)
+
+MEASURES = ("p1", "p3", "p8")
+TARGETS = {"p1": 0.6, "p3": 0.5, "p8": 0.3}
+LABELS = ("rallypoint", "torch")
+#: Seconds one launcher command may take before it is killed and the benchmark fails.
+COMMAND_TIMEOUT = 120.0
+#: How often P8 reads the agent's /proc/<pid>/status.
+MEMORY_POLL = 0.02
+#: Environment for both sides: loopback only, no stray settings from the caller's shell.
+BASE_ENV = {"GLOO_SOCKET_IFNAME": "lo"}
+_DROP_ENV = ("TORCHELASTIC_RESTART_COUNT", "RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK")
+
+TRIVIAL = """\
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+dist.init_process_group("gloo")
+t = torch.ones(1)
+dist.all_reduce(t)
+if t.item() != dist.get_world_size():
+    sys.exit(f"all_reduce gave {t.item()}, expected {dist.get_world_size()}")
+dist.destroy_process_group()
+if len(sys.argv) > 1:
+    time.sleep(float(sys.argv[1]))
+"""
+
+RESTART = """\
+import time; FIRST = time.time()  # the very first line: no import before it but time
+import os
+import signal
+import sys
+
+out = os.environ["RP_BENCH_OUT"]
+attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "?")
+rank = os.environ.get("RANK", "?")
+
+
+def write(name, value):
+    tmp = os.path.join(out, name + ".tmp")
+    with open(tmp, "w") as f:
+        f.write(repr(value))
+    os.replace(tmp, os.path.join(out, name))
+
+
+if attempt != "0":
+    write(f"first-{attempt}-{rank}", FIRST)
+    sys.exit(0)
+write(f"started-0-{rank}", time.time())
+if rank != "1":
+    time.sleep(60)  # the launcher stops this worker after rank 1 dies
+    sys.exit(3)
+deadline = time.time() + 60
+while not os.path.exists(os.path.join(out, "started-0-0")):
+    if time.time() > deadline:
+        sys.exit(4)
+    time.sleep(0.005)
+killed = time.time()
+write("kill", killed)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def _environ(extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in _DROP_ENV}
+    env.update(BASE_ENV)
+    env.update(extra or {})
+    return env
+
+
+def _launchers(script: str, *, restarts: bool = False) -> tuple[list[str], list[str]]:
+    """The rallypoint and torchrun command lines for ``script`` (a path relative to the cwd)."""
+    ours = [find_executable("rallypoint"), "run", "--nproc-per-node", "2"]
+    theirs = [find_executable("torchrun"), "--standalone", "--nproc-per-node", "2"]
+    if restarts:
+        ours += ["--max-restarts", "1", "--monitor-interval", "100ms"]
+        theirs += ["--max-restarts", "1", "--monitor-interval", "0.1"]
+    return [*ours, script], [*theirs, script]
+
+
+def _describe(argv: Sequence[str]) -> str:
+    return " ".join([Path(argv[0]).name, *argv[1:]])
+
+
+def _tail(text: bytes | str | None, lines: int = 10) -> str:
+    if isinstance(text, bytes):
+        text = text.decode(errors="replace")
+    return "\n  ".join((text or "").strip().splitlines()[-lines:])
+
+
+def _run(argv: Sequence[str], cwd: str, env: dict[str, str], what: str) -> None:
+    try:
+        proc = subprocess.run(
+            list(argv),
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            timeout=COMMAND_TIMEOUT,
+            check=False,
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise BenchmarkError(f"{what}: {_describe(argv)} took longer than {COMMAND_TIMEOUT:g}s") from exc
+    if proc.returncode != 0:
+        raise BenchmarkError(
+            f"{what}: {_describe(argv)} exited with {proc.returncode}; last lines:\n  {_tail(proc.stdout)}"
+        )
+
+
+class VirtualClock:
+    """A clock for :func:`compare` that moves only by what a side measured (seconds or MiB)."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _progress(verbose: bool, name: str, fmt: Callable[[float], str]) -> Callable[[int, str, float], None] | None:
+    if not verbose:
+        return None
+
+    def progress(i: int, label: str, value: float) -> None:
+        print(f"{name} round {i}: {label} {fmt(value)}", file=sys.stderr, flush=True)
+
+    return progress
+
+
+# ------------------------------------------------------------------------------------------------
+# P1: whole command, plus our agent's start-up
+
+
+def _startup_figures(rounds: int, warmup: int) -> list[str]:
+    """Median spawn-to-exit of small commands, rotating their order each round."""
+    py = sys.executable
+    commands = {
+        "python -c pass": Command([py, "-c", "pass"], env=BASE_ENV),
+        "rallypoint --version": Command([find_executable("rallypoint"), "--version"], env=BASE_ENV),
+        "import rallypoint.agent.agent, rallypoint.rendezvous.handler": Command(
+            [py, "-c", "import rallypoint.agent.agent, rallypoint.rendezvous.handler"], env=BASE_ENV
+        ),
+        "import torch": Command([py, "-c", "import torch"], env=BASE_ENV),
+    }
+    names = list(commands)
+    samples: dict[str, list[float]] = {n: [] for n in names}
+    for r in range(warmup + rounds):
+        shift = r % len(names)
+        for name in names[shift:] + names[:shift]:
+            start = time.perf_counter()
+            commands[name]()
+            if r >= warmup:
+                samples[name].append(time.perf_counter() - start)
+    med = {n: statistics.median(s) for n, s in samples.items()}
+    bare = med["python -c pass"]
+    lines = [f"our agent's start-up, spawn to exit, median of {rounds} (report only):"]
+    width = max(len(n) for n in names)
+    for name in names:
+        extra = ""
+        if name != "python -c pass":
+            scale = "for scale: " if name == "import torch" else ""
+            extra = f"  ({scale}+{format_duration(med[name] - bare)} over bare python)"
+        lines.append(f"  {name:<{width}} {format_duration(med[name]):>10}{extra}")
+    return lines
+
+
+def measure_p1(args: argparse.Namespace, workdir: str) -> Comparison:
+    settings = settings_from_args(args)
+    (Path(workdir) / "trivial.py").write_text(TRIVIAL)
+    ours, theirs = _launchers("trivial.py")
+    env = _environ()
+    a = Command(ours, env=env, inherit_env=False, cwd=workdir, timeout=COMMAND_TIMEOUT)
+    b = Command(theirs, env=env, inherit_env=False, cwd=workdir, timeout=COMMAND_TIMEOUT)
+    details = [
+        "trivial.py: init_process_group('gloo'), one all_reduce (checked), destroy_process_group()",
+        f"A rallypoint: {a.describe()}",
+        f"B torch:      {b.describe()}",
+        *_startup_figures(settings["rounds"], settings["warmup"]),
+    ]
+    comparison = compare(
+        a, b, labels=LABELS, progress=_progress(args.verbose, "P1", format_duration), **_harness(settings)
+    )
+    print(format_report(comparison, title="P1 agent: whole command, spawn to exit", details=details), flush=True)
+    return comparison
+
+
+def _harness(settings: dict[str, int]) -> dict[str, int]:
+    return {"rounds": settings["rounds"], "warmup": settings["warmup"]}
+
+
+# ------------------------------------------------------------------------------------------------
+# P3: restart latency
+
+
+class RestartSide:
+    """One call: run the restart job under one launcher; the clock advances by the latency."""
+
+    def __init__(self, argv: list[str], workdir: str, clock: VirtualClock, name: str) -> None:
+        self.argv = argv
+        self.workdir = workdir
+        self.clock = clock
+        self.name = name
+
+    def __call__(self) -> None:
+        self.clock.now += self.run_once()
+
+    def run_once(self) -> float:
+        out = tempfile.mkdtemp(prefix="out-", dir=self.workdir)
+        try:
+            _run(self.argv, self.workdir, _environ({"RP_BENCH_OUT": out}), f"P3 {self.name}")
+            files = {p.name: p for p in Path(out).iterdir()}
+            expected = {"started-0-0", "started-0-1", "kill", "first-1-0", "first-1-1"}
+            if set(files) != expected:
+                raise BenchmarkError(
+                    f"P3 {self.name}: expected exactly one restart (files {sorted(expected)}), found {sorted(files)}"
+                )
+            values = {n: float(p.read_text()) for n, p in files.items()}
+            latency = max(values["first-1-0"], values["first-1-1"]) - values["kill"]
+            if not 0 < latency < COMMAND_TIMEOUT:
+                raise BenchmarkError(f"P3 {self.name}: impossible restart latency {latency!r} s")
+            return latency
+        finally:
+            shutil.rmtree(out, ignore_errors=True)
+
+
+def measure_p3(args: argparse.Namespace, workdir: str) -> Comparison:
+    (Path(workdir) / "restart.py").write_text(RESTART)
+    ours, theirs = _launchers("restart.py", restarts=True)
+    clock = VirtualClock()
+    a = RestartSide(ours, workdir, clock, "rallypoint")
+    b = RestartSide(theirs, workdir, clock, "torch")
+    details = [
+        "restart.py attempt 0: rank 1 SIGKILLs itself once both ranks run; attempt 1: time.time() on line 1, exit 0",
+        f"A rallypoint: {_describe(ours)}",
+        f"B torch:      {_describe(theirs)}",
+        "sample: max(first line of the attempt-1 workers) - time.time() just before os.kill",
+    ]
+    comparison = compare(
+        a,
+        b,
+        labels=LABELS,
+        clock=clock,
+        progress=_progress(args.verbose, "P3", format_duration),
+        **_harness(settings_from_args(args)),
+    )
+    print(
+        format_report(
+            comparison, title="P3 agent: restart latency, SIGKILL to all new workers' first line", details=details
+        ),
+        flush=True,
+    )
+    return comparison
+
+
+# ------------------------------------------------------------------------------------------------
+# P8: agent peak resident memory
+
+
+def _status_kib(pid: int, field: str) -> int | None:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+class MemorySide:
+    """One call: run the sleeping trivial job; the clock advances by the agent's peak RSS in MiB."""
+
+    def __init__(self, argv: list[str], workdir: str, clock: VirtualClock, name: str) -> None:
+        self.argv = argv
+        self.workdir = workdir
+        self.clock = clock
+        self.name = name
+
+    def __call__(self) -> None:
+        self.clock.now += self.run_once()
+
+    def run_once(self) -> float:
+        with tempfile.TemporaryFile(dir=self.workdir) as log:
+            return self._sample(log)
+
+    def _sample(self, log: Any) -> float:
+        proc = subprocess.Popen(
+            self.argv,
+            cwd=self.workdir,
+            env=_environ(),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        peak = 0
+        reads = 0
+        try:
+            deadline = time.monotonic() + COMMAND_TIMEOUT
+            while proc.poll() is None:
+                hwm = _status_kib(proc.pid, "VmHWM")
+                if hwm:
+                    peak = max(peak, hwm)
+                    reads += 1
+                if time.monotonic() > deadline:
+                    raise BenchmarkError(
+                        f"P8 {self.name}: {_describe(self.argv)} took longer than {COMMAND_TIMEOUT:g}s"
+                    )
+                time.sleep(MEMORY_POLL)
+            if proc.returncode != 0:
+                log.seek(0)
+                raise BenchmarkError(
+                    f"P8 {self.name}: {_describe(self.argv)} exited with {proc.returncode}; last lines:\n  "
+                    f"{_tail(log.read())}"
+                )
+            if reads < 10:
+                raise BenchmarkError(f"P8 {self.name}: only {reads} memory reads of the agent; cannot trust the peak")
+            return peak / 1024.0
+        finally:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(timeout=10)
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
+
+
+def format_mib(value: float) -> str:
+    return f"{value:.1f} MiB"
+
+
+def format_memory_report(comparison: Comparison, *, title: str, details: Sequence[str]) -> str:
+    """Like :func:`format_report`, in MiB; the last line is the ratio line."""
+    c = comparison
+    lines = [title, *details]
+    lines.append(f"{c.rounds} rounds after {c.warmup} warm-up, sides alternate and flip order each round")
+    width = max(len("side"), *(len(label) for label in c.labels))
+    header = f"{'side':<{width}}  {'median':>11}  {'min':>11}  {'max':>11}  {'n':>4}"
+    lines += [header, "-" * len(header)]
+    for label, s in zip(c.labels, (c.a, c.b), strict=True):
+        lines.append(
+            f"{label:<{width}}  {format_mib(s.median):>11}  {format_mib(s.min):>11}  "
+            f"{format_mib(s.max):>11}  {len(s.samples):>4}"
+        )
+    lines.append(ratio_line(c))
+    return "\n".join(lines)
+
+
+def measure_p8(args: argparse.Namespace, workdir: str) -> Comparison:
+    (Path(workdir) / "trivial.py").write_text(TRIVIAL)
+    ours, theirs = _launchers("trivial.py")
+    ours, theirs = [*ours, f"{args.sleep:g}"], [*theirs, f"{args.sleep:g}"]
+    clock = VirtualClock()
+    a = MemorySide(ours, workdir, clock, "rallypoint")
+    b = MemorySide(theirs, workdir, clock, "torch")
+    details = [
+        f"job: trivial.py, then each worker sleeps {args.sleep:g} s; agent's VmHWM read every "
+        f"{MEMORY_POLL * 1000:g} ms until it exits",
+        f"A rallypoint: {_describe(ours)}  (agent: the rallypoint process)",
+        f"B torch:      {_describe(theirs)}  (agent: the torchrun process)",
+    ]
+    comparison = compare(
+        a,
+        b,
+        labels=LABELS,
+        clock=clock,
+        progress=_progress(args.verbose, "P8", format_mib),
+        **_harness(settings_from_args(args)),
+    )
+    print(
+        format_memory_report(
+            comparison, title="P8 agent: peak resident memory (VmHWM) of the agent process", details=details
+        ),
+        flush=True,
+    )
+    return comparison
+
+
+# ------------------------------------------------------------------------------------------------
+# Command line
+
+
+def _parse_only(text: str) -> tuple[str, ...]:
+    chosen = tuple(dict.fromkeys(s.strip().lower() for s in text.split(",") if s.strip()))
+    bad = [s for s in chosen if s not in MEASURES]
+    if not chosen or bad:
+        raise argparse.ArgumentTypeError(f"--only wants p1, p3 and/or p8 (comma-separated), got {text!r}")
+    return chosen
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = bench_parser(__doc__, rounds=5, warmup=1)
+    parser.add_argument(
+        "--only",
+        type=_parse_only,
+        default=MEASURES,
+        metavar="p1|p3|p8",
+        help="measure only these (comma-separated; default all three, in the order p1, p3, p8)",
+    )
+    parser.add_argument(
+        "--sleep", type=float, default=2.0, metavar="S", help="P8: seconds each worker sleeps (default 2)"
+    )
+    args = parser.parse_args(argv)
+    if args.number != 1:
+        parser.error("--number makes no sense here: every sample is one whole job")
+    measures = {"p1": measure_p1, "p3": measure_p3, "p8": measure_p8}
+    units = {"p1": format_duration, "p3": format_duration, "p8": format_mib}
+    results: dict[str, Comparison] = {}
+    workdir = tempfile.mkdtemp(prefix="rp-bench-agent-")
+    try:
+        for name in args.only:
+            results[name] = measures[name](args, workdir)
+            print(flush=True)
+    except BenchmarkError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+    if args.json:
+        data = {"title": "agent", "measures": {n: c.as_dict() for n, c in results.items()}}
+        Path(args.json).write_text(json.dumps(data, indent=2) + "\n")
+    print("summary: median rallypoint / median torch")
+    print(f"{'id':<4}  {'rallypoint':>11}  {'torch':>11}  {'ratio':>8}  target")
+    for name, c in results.items():
+        fmt = units[name]
+        target = TARGETS[name]
+        verdict = f"<= {target}x " + ("met" if c.ratio <= target else "MISSED")
+        ratio = format_ratio(c.ratio) + "x"
+        print(f"{name.upper():<4}  {fmt(c.a.median):>11}  {fmt(c.b.median):>11}  {ratio:>8}  {verdict}")
+    first = next(iter(results))
+    print(f"headline ({first.upper()}):")
+    print(ratio_line(results[first]), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
