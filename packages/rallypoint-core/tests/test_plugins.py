@@ -63,8 +63,11 @@ def test_core_registers_the_plugins_and_config_commands() -> None:
     pm = get_plugin_manager(autoload=False)
 
     registry = pm.registry(CLI_COMMANDS)
-    assert [r.name for r in registry] == ["plugins", "config"]
-    assert registry.entry("config").provider.name == "core"
+    core_commands = [e.record.name for e in registry.entries() if e.provider.name == "core"]
+    assert core_commands == ["plugins", "config"]
+    # the other framework packages contribute theirs through the same hook
+    assert registry.entry("run").provider.name == "agent"
+    assert registry.entry("timeline").provider.name == "timer"
 
 
 def test_entry_point_plugins_of_the_monorepo_are_loaded() -> None:

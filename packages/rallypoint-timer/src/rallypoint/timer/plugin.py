@@ -1,10 +1,16 @@
-"""The timer package as a rallypoint plugin: adds its hook specifications."""
+"""The timer package as a rallypoint plugin.
+
+It adds the timer hook specifications, the ``local`` and ``file`` watchdog backends and the
+``timeline`` command.
+"""
 
 from __future__ import annotations
 
 import pluggy
 
 from rallypoint.core.plugins import hookimpl
+from rallypoint.core.records import CliCommand
+from rallypoint.timer.records import TimerBackendRecord
 
 
 @hookimpl
@@ -13,3 +19,36 @@ def rallypoint_addhooks(pluginmanager: pluggy.PluginManager) -> None:
     from rallypoint.timer import hookspecs
 
     pluginmanager.add_hookspecs(hookspecs)
+
+
+@hookimpl
+def rallypoint_timer_backends() -> list[TimerBackendRecord]:
+    """The built-in watchdog backends."""
+    from rallypoint.timer.options import FileOptions, LocalOptions
+
+    return [
+        TimerBackendRecord(
+            name="local",
+            summary="multiprocessing connection to the agent (same host)",
+            factory="rallypoint.timer.backends:LocalWatchdog",
+            options_model=LocalOptions,
+        ),
+        TimerBackendRecord(
+            name="file",
+            summary="named pipe with JSON lines (torch FileTimer compatible)",
+            factory="rallypoint.timer.backends:FileWatchdog",
+            options_model=FileOptions,
+        ),
+    ]
+
+
+@hookimpl
+def rallypoint_cli_commands() -> list[CliCommand]:
+    """``rallypoint timeline merge|report``."""
+    return [
+        CliCommand(
+            name="timeline",
+            summary="Merge worker event timelines into a Chrome trace; per-step report.",
+            command="rallypoint.timer.cli:timeline",
+        )
+    ]
