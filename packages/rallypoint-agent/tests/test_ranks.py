@@ -15,8 +15,10 @@ from hypothesis import strategies as st
 
 from rallypoint.agent.ranks import (
     DEFAULT_ROLE,
+    NODE_LABELS_ENV,
     DefaultStrategy,
     NodeInfo,
+    NodeLabelsError,
     RankAssignment,
     RankAssignmentError,
     RankStrategy,
@@ -24,6 +26,8 @@ from rallypoint.agent.ranks import (
     check_nodes,
     compute_assignment,
     load_strategy,
+    parse_node_labels,
+    read_node_labels,
     validate_assignment,
 )
 from rallypoint.agent.records import RankStrategyRecord
@@ -608,3 +612,77 @@ def test_load_strategy_errors(strategy_module: types.ModuleType, factory: str, m
     with pytest.raises(PluginError) as info:
         load_strategy(RankStrategyRecord(name="x", factory=factory))
     assert str(info.value).startswith(message)
+
+
+# ---------------------------------------------------------------------------------------------
+# Node labels and previous ranks
+
+
+def test_previous_rank_defaults_to_none_and_is_checked() -> None:
+    assert NodeInfo(node_id="a", group_rank=0, host="h", local_world_size=1).previous_rank is None
+    assert NodeInfo(node_id="a", group_rank=0, host="h", local_world_size=1, previous_rank=8).previous_rank == 8
+    for bad in (-1, True, "3", 1.0):
+        with pytest.raises(ValueError, match=r"node 'a': previous_rank must be None or an int >= 0"):
+            NodeInfo(node_id="a", group_rank=0, host="h", local_world_size=1, previous_rank=bad)  # type: ignore[arg-type]
+    # the default strategy ignores it
+    nodes = [node("a", 0, 2, previous_rank=2), node("b", 1, 2, previous_rank=0)]
+    assert [w.rank for w in DefaultStrategy().assign(nodes, None).for_node("a")] == [0, 1]
+
+
+@pytest.mark.parametrize(
+    ("text", "labels"),
+    [
+        ("", {}),
+        ("rack=r1,zone=z2", {"rack": "r1", "zone": "z2"}),
+        (" rack = r1 , zone=z2 ,, ", {"rack": "r1", "zone": "z2"}),
+        (
+            "# a labels file\nrack=r1\n\nzone=z2, gpu=h100\n  # indented comment\n",
+            {"rack": "r1", "zone": "z2", "gpu": "h100"},
+        ),
+        ("_a.b-c=some value", {"_a.b-c": "some value"}),
+    ],
+)
+def test_parse_node_labels(text: str, labels: dict[str, str]) -> None:
+    assert parse_node_labels(text) == labels
+
+
+KEY_RULE = "invalid key {!r} (use letters, digits, '_', '.' and '-', starting with a letter)"
+
+
+@pytest.mark.parametrize(
+    ("text", "item", "problem"),
+    [
+        ("rack=r1,zone", "zone", "expected key=value"),
+        ("=r1", "=r1", "the key is empty"),
+        ("9rack=r1", "9rack=r1", KEY_RULE.format("9rack")),
+        ("ra ck=r1", "ra ck=r1", KEY_RULE.format("ra ck")),
+        ("rack=", "rack=", "label 'rack' has an empty value"),
+        ("rack=a=b", "rack=a=b", "the value of 'rack' contains '='"),
+        ("rack=r1,rack=r2", "rack=r2", "label 'rack' is given twice (first as 'r1')"),
+    ],
+)
+def test_parse_node_labels_errors(text: str, item: str, problem: str) -> None:
+    with pytest.raises(NodeLabelsError) as info:
+        parse_node_labels(text, source="/etc/labels")
+    assert str(info.value) == (
+        f"invalid node labels in /etc/labels: {item!r}: {problem}. Write labels as key=value pairs separated by "
+        f"commas or new lines, e.g. rack=r1,zone=z2"
+    )
+    assert (info.value.source, info.value.item) == ("/etc/labels", item)
+    assert isinstance(info.value, ValueError)
+    assert isinstance(info.value, RallypointError)
+    assert info.value.exit_code == 2
+
+
+def test_read_node_labels(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "labels"
+    path.write_text("rack=r1\nzone=z1\n")
+    assert read_node_labels({NODE_LABELS_ENV: "rack=r9,gpu=h100"}, path) == {"rack": "r9", "zone": "z1", "gpu": "h100"}
+    assert read_node_labels({}, str(path)) == {"rack": "r1", "zone": "z1"}
+    assert read_node_labels({}) == {}
+    monkeypatch.setenv(NODE_LABELS_ENV, "rack=r3")
+    assert read_node_labels() == {"rack": "r3"}
+    with pytest.raises(NodeLabelsError, match=r"invalid node labels in RALLYPOINT_NODE_LABELS: 'rack'"):
+        read_node_labels({NODE_LABELS_ENV: "rack"})
+    with pytest.raises(NodeLabelsError, match=r"cannot read the labels file"):
+        read_node_labels({}, tmp_path / "missing")

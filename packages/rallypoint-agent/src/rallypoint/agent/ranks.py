@@ -13,7 +13,7 @@ assigns ranks as torchrun does. :func:`compute_assignment` loads a strategy, run
 the result with :func:`validate_assignment`; a broken result is a :class:`RankAssignmentError`
 that names the strategy, the node or rank and what is wrong.
 
-Example:
+Examples:
     >>> nodes = [NodeInfo(node_id="a", group_rank=0, host="a", local_world_size=2),
     ...          NodeInfo(node_id="b", group_rank=1, host="b", local_world_size=2)]
     >>> assignment = compute_assignment(DefaultStrategy(), nodes)
@@ -109,7 +109,7 @@ class NodeInfo:
             that keep ranks stable (``topology``) use it only to order survivors and spot holes;
             a stale or inconsistent value never makes an assignment invalid, only less stable.
 
-    Example:
+    Examples:
         >>> NodeInfo(node_id="n0", group_rank=0, host="gpu-0", local_world_size=8).role
         'default'
     """
@@ -190,7 +190,7 @@ def parse_node_labels(text: str, *, source: str = NODE_LABELS_ENV) -> dict[str, 
         NodeLabelsError: a pair without ``=``, an empty or malformed key, an empty value, a value
             containing ``=``, or a key given twice.
 
-    Example:
+    Examples:
         >>> parse_node_labels(" rack=r1, zone = z2 ,")
         {'rack': 'r1', 'zone': 'z2'}
         >>> try:
@@ -242,7 +242,7 @@ def read_node_labels(
     Raises:
         NodeLabelsError: either source cannot be parsed, or the file cannot be read.
 
-    Example:
+    Examples:
         >>> read_node_labels({"RALLYPOINT_NODE_LABELS": "rack=r7"})
         {'rack': 'r7'}
     """
@@ -275,7 +275,7 @@ class WorkerRanks:
         group_rank: the node's rank (``GROUP_RANK``).
         group_world_size: number of nodes (``GROUP_WORLD_SIZE``).
 
-    Example:
+    Examples:
         >>> w = WorkerRanks(node_id="n1", local_rank=1, rank=5, world_size=8, role="default",
         ...                 role_rank=5, role_world_size=8, local_world_size=4, group_rank=1,
         ...                 group_world_size=2)
@@ -317,7 +317,7 @@ class RankAssignment:
     Attributes:
         workers: every worker's ranks, sorted by global rank.
 
-    Example:
+    Examples:
         >>> nodes = [NodeInfo(node_id="a", group_rank=0, host="a", local_world_size=1),
         ...          NodeInfo(node_id="b", group_rank=1, host="b", local_world_size=2)]
         >>> assignment = DefaultStrategy().assign(nodes, None)
@@ -412,7 +412,7 @@ class DefaultStrategy:
     identical nodes with one role this is ``rank = group_rank * local_world_size + local_rank``
     and ``role_rank = rank``. Takes no options.
 
-    Example:
+    Examples:
         >>> nodes = [NodeInfo(node_id="t0", group_rank=0, host="h0", local_world_size=2, role="trainer"),
         ...          NodeInfo(node_id="e0", group_rank=1, host="h1", local_world_size=1, role="eval"),
         ...          NodeInfo(node_id="t1", group_rank=2, host="h2", local_world_size=2, role="trainer")]
@@ -461,7 +461,7 @@ def check_nodes(nodes: Sequence[NodeInfo]) -> None:
     Raises:
         ValueError: no nodes, a repeated node id, or group ranks that are not ``0..G-1``.
 
-    Example:
+    Examples:
         >>> check_nodes([NodeInfo(node_id="a", group_rank=1, host="a", local_world_size=1)])
         Traceback (most recent call last):
         ...
@@ -514,7 +514,7 @@ def validate_assignment(assignment: RankAssignment, nodes: Sequence[NodeInfo], s
         RankAssignmentError: the first violation found, naming the node or rank.
         ValueError: ``nodes`` themselves are inconsistent (see :func:`check_nodes`).
 
-    Example:
+    Examples:
         >>> nodes = [NodeInfo(node_id="a", group_rank=0, host="a", local_world_size=2)]
         >>> w = WorkerRanks(node_id="a", local_rank=0, rank=0, world_size=2, role="default",
         ...                 role_rank=0, role_world_size=2, local_world_size=2, group_rank=0,
@@ -648,7 +648,7 @@ def load_strategy(record: RankStrategyRecord) -> RankStrategy:
         MissingDependencyError: a requirement of the record is not installed.
         PluginError: the factory cannot be imported or is none of the above.
 
-    Example:
+    Examples:
         >>> record = RankStrategyRecord(name="default", factory="rallypoint.agent.ranks:DefaultStrategy")
         >>> type(load_strategy(record)).__name__
         'DefaultStrategy'
@@ -723,7 +723,7 @@ def compute_assignment(
         PluginError: the strategy cannot be loaded.
         ValueError: ``nodes`` are inconsistent (see :func:`check_nodes`).
 
-    Example:
+    Examples:
         >>> nodes = [NodeInfo(node_id="b", group_rank=1, host="b", local_world_size=1),
         ...          NodeInfo(node_id="a", group_rank=0, host="a", local_world_size=1)]
         >>> record = RankStrategyRecord(name="default", factory="rallypoint.agent.ranks:DefaultStrategy")
