@@ -465,3 +465,95 @@ def test_module_mode_and_tee_filter(tmp_path: Path) -> None:
     assert "hello from 1" not in result.stdout  # filtered from the console...
     log = tmp_path / "runs" / "mod" / "attempt_0" / "rank_1.log"
     assert "hello from 1 ['--x']" in log.read_text()  # ...but kept in its log file
+
+
+STUCK = """
+import os, sys, time
+from rallypoint.timer import expires
+
+if os.environ["RANK"] == "1" and os.environ["TORCHELASTIC_RESTART_COUNT"] == "0":
+    with expires(after=0.5, scope="data_load"):
+        time.sleep(60)  # stuck: the watchdog must kill it
+with open(os.path.join(sys.argv[1], "done" + os.environ["RANK"] + "." + os.environ["TORCHELASTIC_RESTART_COUNT"]), "w"):
+    pass
+"""
+
+
+@pytest.mark.parametrize("backend", ["file", "local"])
+def test_a_worker_stuck_past_its_watchdog_timer_is_killed_and_the_job_restarts(tmp_path: Path, backend: str) -> None:
+    stuck = script(tmp_path, "stuck.py", STUCK)
+    started = time.monotonic()
+    result = run(
+        [
+            "run",
+            "--nproc-per-node",
+            "2",
+            "--max-restarts",
+            "1",
+            "--run-id",
+            f"wd-{backend}",
+            "--set",
+            f"timer.watchdog={backend}",
+            str(stuck),
+            str(tmp_path),
+        ],
+        tmp_path,
+    )
+    assert result.returncode == 0, result.stderr
+    assert time.monotonic() - started < 30
+    assert "watchdog timer 'data_load' expired" in result.stderr
+    assert "worker rank 1 (local 1) on" in result.stderr
+    assert sorted(p.name for p in tmp_path.glob("done*")) == ["done0.0", "done0.1", "done1.1"]
+
+
+def test_a_watchdog_kill_with_no_budget_fails_the_job_naming_the_scope(tmp_path: Path) -> None:
+    stuck = script(tmp_path, "stuck.py", STUCK)
+    result = run(
+        [
+            "run",
+            "--nproc-per-node",
+            "2",
+            "--max-restarts",
+            "0",
+            "--run-id",
+            "wd0",
+            "--set",
+            "timer.watchdog=file",
+            str(stuck),
+            str(tmp_path),
+        ],
+        tmp_path,
+    )
+    assert result.returncode == 1
+    report = json.loads((tmp_path / "runs" / "wd0" / "failure.json").read_text())
+    assert report["root_cause"]["rank"] == 1
+    assert report["root_cause"]["signal"] == "SIGKILL"
+    assert report["root_cause"]["reason"].startswith("watchdog timer 'data_load' expired")
+
+
+TIMELINE = """
+import os, time
+from rallypoint.timer import event
+
+for step in range(3):
+    with event("step", step=step):
+        with event("compute"):
+            time.sleep(0.01 * (1 + int(os.environ["RANK"])))
+"""
+
+
+def test_timeline_logs_of_every_rank_merge_into_one_chrome_trace(tmp_path: Path) -> None:
+    body = script(tmp_path, "tl.py", TIMELINE)
+    result = run(
+        ["run", "--nproc-per-node", "2", "--run-id", "tl", "--set", "timer.timeline=true", str(body)], tmp_path
+    )
+    assert result.returncode == 0, result.stderr
+    logs = sorted(p.name for p in (tmp_path / "runs" / "tl" / "attempt_0" / "timeline").iterdir())
+    assert logs == ["rank_0.jsonl", "rank_1.jsonl"]
+    merged = run(["timeline", "merge", "runs/tl", "-o", "trace.json"], tmp_path)
+    assert merged.returncode == 0, merged.stderr
+    trace = json.loads((tmp_path / "trace.json").read_text())
+    events = trace["traceEvents"] if isinstance(trace, dict) else trace
+    steps = [e for e in events if e.get("name") == "step" and e.get("ph") == "X"]
+    assert sorted(e["pid"] for e in steps) == [0, 0, 0, 1, 1, 1]  # one trace process per rank
+    assert all(e["dur"] > 0 for e in steps)

@@ -90,7 +90,9 @@ class AgentSettings:
         strategy_options: the validated ``[ranks.options]``.
         stop_grace: seconds between SIGTERM and SIGKILL when stopping workers.
         cwd: the workers' working directory.
-        labels: this node's labels, shared with the other nodes' rank strategies.
+        watchdog: the watchdog timer backend record (``[timer] watchdog``), or ``None`` for off.
+        watchdog_options: its validated ``[timer.options]``.
+        timeline: give each worker ``RALLYPOINT_TIMELINE_FILE`` (``[timer] timeline``).
     """
 
     argv: Sequence[str]
@@ -105,6 +107,9 @@ class AgentSettings:
     strategy_options: Any = None
     stop_grace: float = 30.0
     cwd: str | None = None
+    watchdog: Any = None
+    watchdog_options: Any = None
+    timeline: bool = False
 
 
 @dataclass
@@ -143,6 +148,8 @@ class ElasticAgent:
         self.host = socket.gethostname()
         self._group: WorkerGroup | None = None
         self._signal: int | None = None
+        self._watchdog: Any = None
+        self._expired: dict[int, Any] = {}
         self.rounds = 0
 
     # -- messages ----------------------------------------------------------------------------
@@ -159,6 +166,7 @@ class ElasticAgent:
         restore = self._install_signal_handlers()
         close = False
         try:
+            self._start_watchdog()
             while True:
                 try:
                     with self._waiting_line():
@@ -189,6 +197,8 @@ class ElasticAgent:
                 self._group.stop(grace=self.settings.stop_grace)
             with contextlib.suppress(Exception):
                 self.handler.shutdown(close=close)
+            if self._watchdog is not None:
+                self._watchdog.stop()
             restore()
 
     # -- one attempt ---------------------------------------------------------------------------
@@ -236,7 +246,12 @@ class ElasticAgent:
             if self.pm is not None:
                 for extra in self.pm.hook.rallypoint_worker_env(worker=ctx) or []:
                     plugin_env.update(extra or {})
-            env = worker_environment(ctx, base=os.environ, extra=self.settings.worker_env, plugin_env=plugin_env)
+            extra = dict(self.settings.worker_env)
+            if self._watchdog is not None:
+                extra.update(self._watchdog.worker_env(w.rank))
+            if self.settings.timeline:
+                extra["RALLYPOINT_TIMELINE_FILE"] = str(attempt_dir / "timeline" / f"rank_{w.rank}.jsonl")
+            env = worker_environment(ctx, base=os.environ, extra=extra, plugin_env=plugin_env)
             with contextlib.suppress(FileNotFoundError):
                 ctx.error_file.unlink()
             specs.append(WorkerSpec(rank=w.rank, argv=list(self.settings.argv), env=env, cwd=self.settings.cwd))
@@ -249,6 +264,9 @@ class ElasticAgent:
         group = WorkerGroup(logs=logs)
         self._group = group
         group.start(specs)
+        if self._watchdog is not None:
+            for rank, pid in group.pids.items():
+                self._watchdog.register_worker(pid, rank)
         if self.pm is not None:
             self.pm.hook.rallypoint_agent_workers_started(group=group)
         try:
@@ -299,6 +317,12 @@ class ElasticAgent:
     ) -> WorkerFailure:
         err = read_error_file(attempt_dir / f"rank_{ex.rank}.error.json")
         log_file = logs.log_path(ex.rank)
+        reason = ex.describe()
+        expiry = self._expired.pop(ex.pid, None)
+        if expiry is not None:
+            held = expiry.deadline - expiry.acquired_at if expiry.acquired_at == expiry.acquired_at else None
+            reason = f"watchdog timer {expiry.scope!r} expired" + (f" after {held:.3g}s" if held else "")
+            reason += f", killed ({ex.describe()})"
         return WorkerFailure(
             rank=ex.rank,
             local_rank=ranks.local_rank,
@@ -309,7 +333,7 @@ class ElasticAgent:
             exit_code=ex.exit_code,
             signal=ex.signal_name,
             time=ex.exited_at,
-            reason=ex.describe(),
+            reason=reason,
             exception=err.message if err is not None and err.problem is None else None,
             traceback=err.traceback if err is not None else None,
             stderr_tail=tuple(logs.stderr_tail(ex.rank)),
@@ -387,6 +411,27 @@ class ElasticAgent:
             return self._fail(restarts)
         self.say("the job was closed by another node")
         return AgentResult(0, rounds=self.rounds, restarts=restarts)
+
+    # -- watchdog ------------------------------------------------------------------------------
+    def _start_watchdog(self) -> None:
+        record = self.settings.watchdog
+        if record is None:
+            return
+        self.settings.log_dir.mkdir(parents=True, exist_ok=True)
+        backend = record.load()
+        self._watchdog = backend.start_server(self.settings.log_dir, self.settings.watchdog_options)
+        self._watchdog.set_expiry_handler(self._on_expiry)
+        self.say(f"watchdog timers: {record.name}")
+
+    def _on_expiry(self, expiry: Any) -> None:
+        """Kill the worker whose timer expired (its whole process group); the monitor reports it."""
+        group = self._group
+        if group is None or expiry.pid not in group.pids.values():
+            return
+        self._expired[expiry.pid] = expiry
+        self.say(expiry.describe() + "; killing it")
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(expiry.pid, signal.SIGKILL)
 
     # -- live status while waiting for nodes ------------------------------------------------------
     @contextlib.contextmanager

@@ -161,6 +161,7 @@ def run(
     """
     from rallypoint.agent.agent import AgentSettings, ElasticAgent
     from rallypoint.agent.env import scheduler_env
+    from rallypoint.agent.ranks import read_node_labels
     from rallypoint.core.cli import plugin_manager
     from rallypoint.core.commands import _parse_set
     from rallypoint.core.config import load_job_config, resolve_config
@@ -222,7 +223,7 @@ def run(
         host=host,
         addr=local_addr or ("127.0.0.1" if memory else host),
         local_world_size=int(nproc),
-        labels={},
+        labels=read_node_labels(os.environ, os.environ.get("RALLYPOINT_NODE_LABELS_FILE")),
         env=scheduler_env(),
     )
     if memory:
@@ -237,6 +238,7 @@ def run(
         **job.env,
     }
     ranks_sel = resolved.selections.get("ranks.strategy")
+    timer_sel = resolved.selections.get("timer.watchdog")
     settings = AgentSettings(
         argv=argv,
         run_id=run_id,
@@ -248,6 +250,9 @@ def run(
         worker_env=worker_env,
         strategy=ranks_sel.record if ranks_sel and ranks_sel.record else None,
         strategy_options=ranks_sel.options if ranks_sel else None,
+        watchdog=timer_sel.record if timer_sel and timer_sel.record else None,
+        watchdog_options=timer_sel.options if timer_sel else None,
+        timeline=cfg.timer.timeline,
     )
     result = ElasticAgent(handler, settings, pm=pm).run()
     return result.exit_code
