@@ -1,9 +1,95 @@
 """rallypoint collectives: worker-side process-group initialisation and a collective facade.
 
-Hook specifications live in :mod:`rallypoint.collectives.hookspecs`. Importing this package does
-not import torch.
+``rallypoint.collectives.init()`` reads the worker environment, picks the backend named in
+config through the ``rallypoint_collective_backends`` hook and initialises torch's process group.
+The facade (``send``, ``recv``, ``isend``, ``irecv``, ``broadcast``, ``all_reduce``, ``reduce``,
+``all_gather``, ``gather``, ``scatter``, ``barrier``, ``new_group``, ``get_rank``,
+``get_world_size``, ``ReduceOp``) lives in :mod:`rallypoint.collectives.facade`; every call
+accepts ``timeout=`` and raises :class:`CollectiveTimeout` naming the ranks that did not arrive.
+
+Importing this package does not import torch: the facade's names are loaded on first access.
+Hook specifications live in :mod:`rallypoint.collectives.hookspecs`.
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from rallypoint.collectives.errors import BackendUnavailableError, CollectiveTimeout
 from rallypoint.collectives.records import Availability, CollectiveBackendRecord
 
-__all__ = ["Availability", "CollectiveBackendRecord"]
+if TYPE_CHECKING:
+    from rallypoint.collectives.facade import (
+        CollectivesInfo,
+        ProcessGroup,
+        ReduceOp,
+        Work,
+        all_gather,
+        all_reduce,
+        barrier,
+        broadcast,
+        default_timeout,
+        destroy,
+        gather,
+        get_rank,
+        get_world_size,
+        init,
+        irecv,
+        is_initialized,
+        isend,
+        new_group,
+        recv,
+        reduce,
+        scatter,
+        send,
+    )
+
+__all__ = [
+    "init",
+    "destroy",
+    "is_initialized",
+    "default_timeout",
+    "CollectivesInfo",
+    "send",
+    "recv",
+    "isend",
+    "irecv",
+    "broadcast",
+    "all_reduce",
+    "reduce",
+    "all_gather",
+    "gather",
+    "scatter",
+    "barrier",
+    "new_group",
+    "get_rank",
+    "get_world_size",
+    "ReduceOp",
+    "ProcessGroup",
+    "Work",
+    "CollectiveTimeout",
+    "BackendUnavailableError",
+    "Availability",
+    "CollectiveBackendRecord",
+]
+
+_FACADE = frozenset(__all__) - {
+    "CollectiveTimeout",
+    "BackendUnavailableError",
+    "Availability",
+    "CollectiveBackendRecord",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """Load the facade (and torch) on first access to one of its names."""
+    if name in _FACADE:
+        value = getattr(importlib.import_module("rallypoint.collectives.facade"), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

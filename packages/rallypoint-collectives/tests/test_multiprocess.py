@@ -1,0 +1,83 @@
+"""Real worker processes running real Gloo collectives through the facade."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.mark.parametrize("nprocs", [2, 3])
+def test_every_operation_and_reduce_op(launch: Callable[..., Any], nprocs: int) -> None:
+    result = launch("ops.py", nprocs)
+    result.check()
+    for worker in result.workers:
+        assert worker.lines("RESULT") == ["ok"], worker.stdout
+        checks = worker.lines("CHECK")
+        for op in ("SUM", "PRODUCT", "MAX", "MIN", "AVG"):
+            assert f"all_reduce {op}" in checks
+            assert f"all_reduce async {op}" in checks
+        assert "broadcast" in checks
+        assert "scatter" in checks
+        assert "barrier" in checks
+        assert any(c.startswith("isend/irecv ring") for c in checks)
+        assert any(c.startswith("all_gather") for c in checks)
+    dst = nprocs - 1
+    assert all(f"reduce {op}" in result.workers[dst].lines("CHECK") for op in ("SUM", "PRODUCT", "MAX", "MIN", "AVG"))
+    assert any(c.startswith("gather [") for c in result.workers[0].lines("CHECK"))
+    assert [c for c in result.workers[1].lines("CHECK") if c.startswith("send/recv order")] == [
+        "send/recv order 0",
+        "send/recv order 1",
+        "send/recv order 2",
+    ]
+    assert "recv any source" in result.workers[0].lines("CHECK")
+    assert any(c.startswith("sub-group all_reduce") for c in result.workers[0].lines("CHECK"))
+    assert "sub-group broadcast" in result.workers[1].lines("CHECK")
+    info = result.workers[0].lines("INFO")[0]
+    assert "backend=gloo" in info
+
+
+def _timeouts(worker: Any) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in worker.lines("TIMEOUT")]
+
+
+def test_rank_that_never_arrives_is_named(launch: Callable[..., Any]) -> None:
+    timeout = 2.5
+    result = launch("timeouts.py", 3, args=["collective", str(timeout)])
+    result.check()
+    for rank in (0, 1):  # rank 1 arrives a second late: it must not be named
+        (seen,) = _timeouts(result.workers[rank])
+        assert seen["missing"] == [2], seen
+        assert seen["arrived"] == [0, 1]
+        assert seen["op"] == "all_reduce"
+        assert seen["group"] == "WORLD"
+        assert seen["rank"] == rank
+        assert seen["is_timeout_error"]
+        assert timeout <= seen["elapsed"] <= timeout + 1.0, seen
+        assert "rank 2 did not arrive" in seen["message"]
+        assert "all_reduce on WORLD" in seen["message"]
+    assert _timeouts(result.workers[2]) == []
+
+
+def test_job_default_timeout_and_point_to_point(launch: Callable[..., Any]) -> None:
+    result = launch("timeouts.py", 2, args=["default"], timeout=1.5)
+    result.check()
+    barrier, recv = _timeouts(result.workers[0])
+    assert barrier["op"] == "barrier"
+    assert barrier["missing"] == [1]
+    assert barrier["timeout"] == 1.5
+    assert 1.5 <= barrier["elapsed"] <= 2.5, barrier
+    assert recv["op"] == "recv"
+    assert recv["missing"] == [1]
+    assert recv["timeout"] == 1.0
+    assert 1.0 <= recv["elapsed"] <= 2.0, recv
+
+
+def test_torchrun_style_script_still_works(launch: Callable[..., Any]) -> None:
+    result = launch("compat.py", 2, timeout=45)
+    result.check()
+    assert all(w.lines("RESULT") == ["ok"] for w in result.workers)
