@@ -135,6 +135,12 @@ def _worker_argv(job: Any, script_from_cli: bool, base: Path) -> list[str]:
     help="Address other nodes reach this node at (default: host name; 127.0.0.1 for memory).",
 )
 @click.option(
+    "--host-name",
+    envvar="RALLYPOINT_HOST_NAME",
+    metavar="NAME",
+    help="Host name this node reports (default: the system's); rank strategies order and group by it.",
+)
+@click.option(
     "--node-id",
     envvar="RALLYPOINT_NODE_ID",
     metavar="ID",
@@ -148,6 +154,7 @@ def run(
     as_module: bool,
     local_addr: str | None,
     node_id: str | None,
+    host_name: str | None,
     rdzv_endpoint: str | None,
     **flags: Any,
 ) -> int:
@@ -217,7 +224,7 @@ def run(
     argv = _worker_argv(job, script_from_cli=bool(rest), base=base)
 
     memory = cfg.rendezvous.backend == "memory"
-    host = __import__("socket").gethostname()
+    host = host_name or __import__("socket").gethostname()
     node = NodeInfo(
         node_id=node_id or f"{host}-{os.getpid()}",
         host=host,
@@ -254,7 +261,9 @@ def run(
         watchdog_options=timer_sel.options if timer_sel else None,
         timeline=cfg.timer.timeline,
     )
-    result = ElasticAgent(handler, settings, pm=pm).run()
+    agent = ElasticAgent(handler, settings, pm=pm)
+    agent.host = host
+    result = agent.run()
     return result.exit_code
 
 
