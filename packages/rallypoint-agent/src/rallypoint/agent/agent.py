@@ -40,12 +40,14 @@ from rallypoint.agent.ranks import NodeInfo as RankNode
 from rallypoint.agent.ranks import RankAssignment, compute_assignment
 from rallypoint.agent.report import FailureReport, WorkerFailure, failures_from_store
 from rallypoint.agent.workers import WorkerExit, WorkerGroup, WorkerSpec
+from rallypoint.core.errors import RallypointError
 
 __all__ = ["AgentResult", "AgentSettings", "ElasticAgent", "Outcome"]
 
 log = logging.getLogger("rallypoint.agent")
 
 RESTARTS_KEY = "agent/restarts"
+ABORT_KEY = "agent/abort"
 FAILURES_PREFIX = "agent/failures/"
 
 
@@ -175,7 +177,16 @@ class ElasticAgent:
                     return self._after_close()
                 self.rounds += 1
                 restarts = self._restarts()
-                assignment = self._assign(result)
+                try:
+                    assignment = self._assign(result)
+                except RallypointError as exc:
+                    # Every node computes the same assignment, so every node fails the same way:
+                    # end the job for all of them instead of leaving them waiting for this one.
+                    self.backend.set(
+                        ABORT_KEY, {"node": self.handler.node_id, "error": str(exc), "exit_code": exc.exit_code}
+                    )
+                    close = True
+                    raise
                 outcome, failures = self._run_attempt(result, assignment, restarts)
                 if outcome is Outcome.SUCCEEDED:
                     if self._exit_barrier(result):
@@ -406,6 +417,12 @@ class ElasticAgent:
     def _after_close(self) -> AgentResult:
         """The rendezvous was closed by another node: the job is over."""
         restarts = self._restarts()
+        abort = self.backend.get(ABORT_KEY)
+        if abort is not None:
+            value = abort.value if isinstance(abort.value, dict) else {}
+            error = RallypointError(f"node {value.get('node')!r} ended the job: {value.get('error')}")
+            error.exit_code = int(value.get("exit_code") or 1)
+            raise error
         report = self._gather_report(restarts)
         if report.failures:
             return self._fail(restarts)
