@@ -388,3 +388,105 @@ def test_cas_header_is_the_only_way_to_complete() -> None:
                 node.io.apply(action)
     completes = [a for a in actions if isinstance(a, CasHeader) and a.header.complete]
     assert completes, actions
+
+
+# -- wake-ups ---------------------------------------------------------------------------------
+
+#: Checks far away: any progress below must come from wake-ups, never from a periodic check.
+WAKE_TIMEOUTS = RendezvousTimeouts(
+    join=10_000, last_call=0.5, close=10, heartbeat_interval=100.0, heartbeat_timeout=400.0
+)
+
+
+class WatchingSim(Sim):
+    """Nodes honour :class:`Wait` as the handler does.
+
+    A node that got ``Wait`` steps again only when the round header moved from the version it
+    stepped with, or when the clock reaches ``until``: a protocol that relies on a wake-up nobody
+    sends leaves nodes asleep here.
+    """
+
+    def __init__(self, n: int, min_nodes: int, max_nodes: int) -> None:
+        super().__init__(n, min_nodes, max_nodes)
+        self.settings = Settings(min_nodes, max_nodes, WAKE_TIMEOUTS, "sim")
+        self.nodes = [self._make(f"n{i}") for i in range(n)]
+        self.asleep: dict[str, tuple[int | None, float]] = {}
+
+    def step(self, node: SimNode) -> None:
+        sleeping = self.asleep.get(node.name)
+        if sleeping is not None:
+            entry = self.backend.get(HEADER_KEY)
+            if (None if entry is None else entry.version) == sleeping[0] and self.now < sleeping[1]:
+                return
+            del self.asleep[node.name]
+        if node.status != "joining":
+            return
+        action, view = node.io.decide(self.now)
+        if isinstance(action, Wait):
+            self.asleep[node.name] = (view.header_version, action.until)
+        elif isinstance(action, Finished):
+            node.results.append(action)
+            self.finished.setdefault(action.header.round, []).append((node.name, action))
+            node.status = "running"
+        elif not isinstance(action, Closed | TimedOut):
+            node.io.apply(action)
+
+    def quiesce(self) -> None:
+        """Step every node until nothing moves (the clock stands still)."""
+
+        def state() -> object:
+            versions = {k: e.version for k, e in self.backend.list("").items()}
+            return versions, [(n.status, self.asleep.get(n.name)) for n in self.nodes]
+
+        for _ in range(20 * len(self.nodes) + 20):
+            before = state()
+            for node in self.nodes:
+                self.step(node)
+            self.check()
+            if before == state():
+                return
+        raise AssertionError("the simulation did not settle")  # pragma: no cover
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.integers(1, 6), st.data())
+def test_rounds_complete_through_wake_ups_alone(n: int, data: st.DataObject) -> None:
+    """Joiners arrive in any interleaving; the round completes without waiting for a check.
+
+    At ``max`` it completes with the clock standing still; between ``min`` and ``max`` it
+    completes at ``last_call`` (far before the first periodic check): every waiter is woken.
+    """
+    lo = data.draw(st.integers(1, n), label="min")
+    hi = data.draw(st.integers(lo, n + 2), label="max")
+    sim = WatchingSim(n, lo, hi)
+    arriving = data.draw(st.integers(1, n), label="arriving")
+    nodes = sim.nodes[:arriving]
+    schedule = data.draw(st.lists(st.sampled_from(range(arriving)), max_size=8 * arriving), label="schedule")
+    for node in nodes:  # arrival and steps interleaved at random
+        sim.start(node)
+        for i in schedule[: data.draw(st.integers(0, len(schedule)))]:
+            sim.step(nodes[i])
+            sim.check()
+    sim.quiesce()
+    joined = min(arriving, hi)
+    if arriving >= hi:
+        entry = sim.backend.get(HEADER_KEY)
+        assert entry is not None, "the round did not complete at max with the clock still"
+        h = Header.from_json(entry.value)
+        assert h.complete, "the round did not complete at max with the clock still"
+        assert len(h.participants) == hi
+    sim.now = WAKE_TIMEOUTS.last_call + 0.01
+    sim.quiesce()
+    entry = sim.backend.get(HEADER_KEY)
+    if arriving < lo:
+        assert entry is None or not Header.from_json(entry.value).complete
+        return
+    assert entry is not None
+    h = Header.from_json(entry.value)
+    assert h.complete
+    assert len(h.participants) == joined
+    members = set(h.member_ids())
+    for node in nodes:
+        if node.name in members:
+            assert node.status == "running", f"{node.name} slept through the completion of its round"
+            assert node.results[-1].header == h

@@ -10,6 +10,7 @@ import pytest
 
 from rallypoint.core.plugins import get_plugin_manager
 from rallypoint.core.registry import RENDEZVOUS_BACKENDS
+from rallypoint.rendezvous.backend import Entry
 from rallypoint.rendezvous.errors import RendezvousStateError
 from rallypoint.rendezvous.handler import RendezvousHandler, open_backend
 from rallypoint.rendezvous.testing import MultiProcessHandlerConformance, make_node
@@ -110,3 +111,40 @@ def test_64_processes_rendezvous(tmp_path: Path) -> None:
         FileFactory(tmp_path), f"big-{uuid.uuid4().hex[:6]}", 64, timeout=120, timeouts=timeouts
     )
     assert elapsed < 60
+
+
+def test_16_processes_rendezvous_well_within_a_heartbeat_interval(tmp_path: Path) -> None:
+    """Waiters are woken by the change they wait for, not by a heartbeat-interval deadline.
+
+    With a 5 s heartbeat interval, a lost wake-up (a node sleeping until its next periodic
+    check) would take at least 5 s; a watch-driven rendezvous of 16 processes takes
+    milliseconds (the bound leaves room for forking 16 processes on a loaded machine).
+    """
+    h = MultiProcessHandlerConformance()
+    timeouts = RendezvousTimeouts(join=60, last_call=30, close=5, heartbeat_interval=5, heartbeat_timeout=30)
+    elapsed = h._processes_rendezvous(
+        FileFactory(tmp_path), f"fast-{uuid.uuid4().hex[:6]}", 16, timeout=60, timeouts=timeouts
+    )
+    assert elapsed < 1.0, f"16 processes took {elapsed:.2f} s to rendezvous (heartbeat interval 5 s)"
+
+
+def test_prefix_watch_ignores_writes_to_other_directories(tmp_path: Path) -> None:
+    """A prefix watch polls its own directory's change token: heartbeats do not wake it."""
+    backend = FileBackend(tmp_path, "run", poll_interval=0.001)
+    backend.set("round/header", 1)
+    snapshot = {k: e.version for k, e in backend.list("round/").items()}
+    calls = []
+    real_list = backend.list
+
+    def counting_list(prefix: str) -> dict[str, Entry]:
+        calls.append(prefix)
+        return real_list(prefix)
+
+    backend.list = counting_list  # type: ignore[method-assign]
+    other = FileBackend(tmp_path, "run")
+    for i in range(20):
+        other.set(f"hb/node{i}", i)
+    assert not backend.watch_prefix("round/", versions=snapshot, timeout=0.2)
+    assert len(calls) == 1, calls  # the first look only: no relisting for writes under hb/
+    other.add("round/count/0", 1)
+    assert backend.watch_prefix("round/", versions=snapshot, timeout=5)

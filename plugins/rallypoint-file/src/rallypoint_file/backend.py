@@ -2,18 +2,23 @@
 
 Layout of ``<path>/<run_id>/``::
 
-    FORMAT          {"format": "rallypoint-file", "version": 1, "run_id": ...}: marks the directory as ours
-    lock            fcntl (flock) lock taken by every write
-    rev             the space's revision counter, bumped by every write (versions are revisions)
+    FORMAT          {"format": "rallypoint-file", "version": 2, "run_id": ...}: marks the directory as ours
+    lock            fcntl (flock) lock taken by every write; holds the space's revision counter
+                    (versions are revisions), rewritten in place under the lock
     kv/<first segment>/<rest of key, percent-encoded>   (keys without '/': kv/@root/<key>)
                     one JSON file per key: {"v": <revision>, "value": <JSON value>}
+    kv/<first segment>/.rev
+                    change token of that directory: the revision of its last write
 
-Writes take the lock, bump ``rev`` and replace the key's file atomically (write a temporary file,
-then ``os.replace``), so readers never take the lock and never see half a file. Watches poll
-(the key's file, or ``rev`` for a prefix) with a short exponential backoff, 0.5 ms up to
-``poll_interval``. Works between processes and hosts that share the directory (local disk,
-NFS with close-to-open consistency). TTLs are not supported: expiry would compare clocks of
-different hosts.
+A write takes the lock, bumps the counter, replaces the key's file atomically (write a temporary
+file, then ``os.replace``), so readers never take the lock and never see half a file, and then
+publishes the revision in the key's directory token (after the data: a watcher that sees the
+new token also sees the change). Watches poll with a short exponential backoff, 0.5 ms up to
+``poll_interval``: a key watch reads the key's file; a prefix watch reads only the token of the
+prefix's first segment (``round/`` wakes for ``round/...`` writes, not for heartbeats or join
+records) and lists the prefix only when that token moved. Works between processes and hosts that
+share the directory (local disk, NFS with close-to-open consistency). TTLs are not supported:
+expiry would compare clocks of different hosts.
 """
 
 from __future__ import annotations
@@ -38,9 +43,14 @@ from rallypoint.rendezvous.errors import RendezvousBackendError, RendezvousState
 
 __all__ = ["FileBackend", "FileOptions", "create_file_backend"]
 
-FORMAT = {"format": "rallypoint-file", "version": 1}
+FORMAT = {"format": "rallypoint-file", "version": 2}
 #: Directory of keys without '/'; percent-encoding never produces a literal '@'.
 _ROOT_DIR = "@root"
+#: Name of a directory's change token (a dot file: never listed as a key).
+_TOKEN = ".rev"
+#: Width of the revision counter and change tokens (decimal, space-padded: valid JSON; rewritten in
+#: place, so fixed width).
+_REV_WIDTH = 20
 _PATH_LOCKS: dict[str, threading.Lock] = {}
 _PATH_LOCKS_GUARD = threading.Lock()
 
@@ -58,6 +68,19 @@ class FileOptions(BaseModel):
 
     path: str = Field(description="directory on a file system shared by every node")
     poll_interval: float = Field(default=0.01, gt=0, le=5)
+
+
+#: What ``urllib.parse.quote(key_part, safe="")`` escapes among the characters keys may hold.
+_ESCAPES = tuple((urllib.parse.quote(c, safe=""), c) for c in "/:@+=,")
+
+
+def _unquote(name: str) -> str:
+    """Invert ``quote(name, safe="")`` for key text (fast path: a few ``str.replace``)."""
+    if "%" not in name:
+        return name
+    for escaped, char in _ESCAPES:
+        name = name.replace(escaped, char)
+    return name if "%" not in name else urllib.parse.unquote(name)
 
 
 def _path_lock(path: Path) -> threading.Lock:
@@ -94,6 +117,7 @@ class FileBackend:
         self.run_id = run_id
         self.root = Path(path) / run_id
         self.kv = self.root / "kv"
+        self._kv = str(self.kv)
         self.poll_interval = poll_interval
         try:
             self.kv.mkdir(parents=True, exist_ok=True)
@@ -101,7 +125,7 @@ class FileBackend:
             raise RendezvousBackendError(f"cannot create rendezvous directory {self.kv}: {exc}") from exc
         self._tlock = _path_lock(self.root.resolve())
         self._lock_path = self.root / "lock"
-        self._rev_path = self.root / "rev"
+        self._lock_file = str(self._lock_path)
         self._init_format()
 
     # -- files ---------------------------------------------------------------------------
@@ -110,15 +134,15 @@ class FileBackend:
         expected = {**FORMAT, "run_id": self.run_id}
         with self._locked():
             if not fmt.exists():
-                others = [p.name for p in self.root.iterdir() if p.name not in ("kv", "lock", "rev", "FORMAT")]
+                others = [p.name for p in self.root.iterdir() if p.name not in ("kv", "lock", "FORMAT")]
                 if others or any(self.kv.iterdir()):
                     raise RendezvousStateError(
                         f"{self.root} is not a rallypoint rendezvous directory (it has no FORMAT file but holds "
                         f"{sorted(others) or 'files under kv/'}); choose another rendezvous.options.path or run_id"
                     )
-                self._atomic_write(fmt, json.dumps(expected))
+                self._atomic_write(str(fmt), json.dumps(expected))
                 return
-        data = self._read_json(fmt)
+        data = self._read_json(str(fmt))
         if not isinstance(data, dict) or data.get("format") != FORMAT["format"] or data.get("run_id") != self.run_id:
             raise RendezvousStateError(
                 f"{fmt} does not describe a rallypoint-file rendezvous of run {self.run_id!r} (found {data!r}); "
@@ -130,20 +154,44 @@ class FileBackend:
                 f"{FORMAT['version']}: upgrade rallypoint-file on every node or use a new run_id"
             )
 
-    def _file(self, key: str) -> Path:
+    def _dir_of(self, key: str) -> str:
+        """The directory (under ``kv/``) that holds ``key``'s file."""
+        head, sep, _ = key.partition("/")
+        return os.path.join(self._kv, urllib.parse.quote(head, safe="") if sep else _ROOT_DIR)
+
+    def _path(self, key: str) -> str:
         head, sep, rest = key.partition("/")
         if not sep:
-            return self.kv / _ROOT_DIR / urllib.parse.quote(head, safe="")
-        return self.kv / urllib.parse.quote(head, safe="") / urllib.parse.quote(rest, safe="")
+            return os.path.join(self._kv, _ROOT_DIR, urllib.parse.quote(head, safe=""))
+        return os.path.join(self._kv, urllib.parse.quote(head, safe=""), urllib.parse.quote(rest, safe=""))
 
-    def _key_of(self, directory: str, name: str) -> str:
-        head = urllib.parse.unquote(directory)
-        rest = urllib.parse.unquote(name)
+    def _file(self, key: str) -> Path:
+        """The file that holds ``key``."""
+        return Path(self._path(key))
+
+    @staticmethod
+    def _key_of(directory: str, name: str) -> str:
+        head = _unquote(directory)
+        rest = _unquote(name)
         return rest if directory == _ROOT_DIR else f"{head}/{rest}"
 
-    def _read_json(self, path: Path) -> Any:
+    @staticmethod
+    def _read_bytes(path: str) -> bytes:
+        """The content of ``path`` (one open, read and close; raises ``FileNotFoundError``)."""
+        fd = os.open(path, os.O_RDONLY)
         try:
-            text = path.read_text(encoding="utf-8")
+            chunks: list[bytes] = []
+            while True:
+                chunk = os.read(fd, 65536)
+                if not chunk:
+                    return b"".join(chunks)
+                chunks.append(chunk)
+        finally:
+            os.close(fd)
+
+    def _read_json(self, path: str) -> Any:
+        try:
+            text = self._read_bytes(path).decode("utf-8")
         except FileNotFoundError:
             return None
         except (OSError, UnicodeDecodeError) as exc:
@@ -156,7 +204,7 @@ class FileBackend:
                 f"{self.root} or use a new run_id"
             ) from exc
 
-    def _read(self, path: Path) -> Entry | None:
+    def _read(self, path: str) -> Entry | None:
         data = self._read_json(path)
         if data is None:
             return None
@@ -167,22 +215,29 @@ class FileBackend:
             )
         return Entry(data["value"], data["v"])
 
-    def _atomic_write(self, path: Path, text: str) -> None:
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    def _atomic_write(self, path: str, text: str) -> None:
+        directory, name = os.path.split(path)
+        tmp = os.path.join(directory, f".{name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
         try:
-            with open(tmp, "w", encoding="utf-8") as fh:
-                fh.write(text)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            try:
+                data = text.encode("utf-8")
+                while data:
+                    data = data[os.write(fd, data) :]
+            finally:
+                os.close(fd)
             os.replace(tmp, path)
         except OSError as exc:
             with contextlib.suppress(OSError):
-                tmp.unlink()
+                os.unlink(tmp)
             raise RendezvousBackendError(f"cannot write rendezvous state file {path}: {exc}") from exc
 
     @contextlib.contextmanager
-    def _locked(self) -> Iterator[None]:
+    def _locked(self) -> Iterator[int]:
+        """Hold the write lock; yields the lock file's descriptor (which holds the counter)."""
         with self._tlock:
             try:
-                fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+                fd = os.open(self._lock_file, os.O_RDWR | os.O_CREAT, 0o644)
             except OSError as exc:
                 raise RendezvousBackendError(f"cannot open lock file {self._lock_path}: {exc}") from exc
             try:
@@ -196,42 +251,67 @@ class FileBackend:
                         if exc.errno == errno.EINTR:  # pragma: no cover
                             continue
                         raise RendezvousBackendError(f"cannot lock {self._lock_path}: {exc}") from exc
-                yield
+                yield fd
             finally:
                 os.close(fd)  # releases the lock
 
-    def _revision(self) -> int:
-        raw = self._read_json(self._rev_path)
-        if raw is None:
-            return 0
-        if not isinstance(raw, int):
-            raise RendezvousStateError(f"rendezvous revision file {self._rev_path} is corrupt (found {raw!r})")
-        return raw
+    def _next_revision(self, fd: int) -> int:
+        """Bump the revision counter (the lock is held on ``fd``) and return the new revision.
 
-    def _publish(self, rev: int) -> None:
-        # Written after the data: a watcher that sees the new revision also sees the change.
-        self._atomic_write(self._rev_path, str(rev))
+        The counter moves before the data is written, so a writer that dies half-way only skips
+        a number: no revision is ever given to two writes.
+        """
+        try:
+            raw = os.pread(fd, 64, 0)
+            rev = int(raw.strip() or b"0") + 1
+            os.pwrite(fd, b"%*d" % (_REV_WIDTH, rev), 0)
+        except ValueError:
+            raise RendezvousStateError(
+                f"rendezvous revision counter in {self._lock_path} is corrupt (found {raw[:64]!r}); "
+                f"delete the run directory {self.root} or use a new run_id"
+            ) from None
+        except OSError as exc:
+            raise RendezvousBackendError(f"cannot update the revision counter in {self._lock_path}: {exc}") from exc
+        return rev
 
-    def _put(self, key: str, value_text: str) -> int:
-        rev = self._revision() + 1
-        path = self._file(key)
-        path.parent.mkdir(exist_ok=True)
+    def _publish(self, directory: str, rev: int) -> None:
+        """Move the change token of ``directory`` to ``rev`` (after the data is in place).
+
+        Rewritten in place: a reader racing with this write may read a mix of old and new
+        bytes, which only looks like a change (a harmless extra look); the next poll reads the
+        final value, so no change is missed.
+        """
+        try:
+            fd = os.open(os.path.join(directory, _TOKEN), os.O_WRONLY | os.O_CREAT, 0o644)
+            try:
+                os.pwrite(fd, b"%*d" % (_REV_WIDTH, rev), 0)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            raise RendezvousBackendError(f"cannot write rendezvous change token in {directory}: {exc}") from exc
+
+    def _put(self, fd: int, key: str, value_text: str) -> int:
+        rev = self._next_revision(fd)
+        path = self._path(key)
+        directory = os.path.dirname(path)
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(directory)
         self._atomic_write(path, f'{{"v":{rev},"value":{value_text}}}')
-        self._publish(rev)
+        self._publish(directory, rev)
         return rev
 
     # -- protocol ------------------------------------------------------------------------
     def get(self, key: str) -> Entry | None:
         """See :meth:`RendezvousBackend.get`."""
-        return self._read(self._file(check_key(key)))
+        return self._read(self._path(check_key(key)))
 
     def set(self, key: str, value: JSONValue, *, ttl: float | None = None) -> Version:
         """See :meth:`RendezvousBackend.set`."""
         self._no_ttl(ttl)
         check_key(key)
         text = _dump(value)
-        with self._locked():
-            return self._put(key, text)
+        with self._locked() as fd:
+            return self._put(fd, key, text)
 
     def compare_and_set(
         self, key: str, value: JSONValue, *, version: Version | None, ttl: float | None = None
@@ -240,35 +320,36 @@ class FileBackend:
         self._no_ttl(ttl)
         check_key(key)
         text = _dump(value)
-        with self._locked():
-            current = self._read(self._file(key))
+        with self._locked() as fd:
+            current = self._read(self._path(key))
             if (None if current is None else current.version) != version:
                 return False, current
-            rev = self._put(key, text)
+            rev = self._put(fd, key, text)
             return True, Entry(json.loads(text), rev)
 
     def add(self, key: str, amount: int = 1) -> int:
         """See :meth:`RendezvousBackend.add`."""
         check_key(key)
-        with self._locked():
-            current = self._read(self._file(key))
+        with self._locked() as fd:
+            current = self._read(self._path(key))
             base = 0 if current is None else current.value
             if not isinstance(base, int) or isinstance(base, bool):
                 raise TypeError(f"rendezvous key {key!r} holds {base!r}, not an integer; cannot add to it")
             total = base + int(amount)
-            self._put(key, str(total))
+            self._put(fd, key, str(total))
             return total
 
     def delete(self, key: str, *, version: Version | None = None) -> bool:
         """See :meth:`RendezvousBackend.delete`."""
-        path = self._file(check_key(key))
-        with self._locked():
+        path = self._path(check_key(key))
+        with self._locked() as fd:
             current = self._read(path)
             if current is None or (version is not None and current.version != version):
                 return False
+            rev = self._next_revision(fd)
             with contextlib.suppress(FileNotFoundError):
-                path.unlink()
-            self._publish(self._revision() + 1)
+                os.unlink(path)
+            self._publish(os.path.dirname(path), rev)
             return True
 
     def list(self, prefix: str) -> dict[str, Entry]:
@@ -279,13 +360,14 @@ class FileBackend:
             dirs = [urllib.parse.quote(head, safe="")]
         else:
             try:
-                dirs = [d for d in os.listdir(self.kv) if not d.startswith(".")]
+                dirs = [d for d in os.listdir(self._kv) if not d.startswith(".")]
             except FileNotFoundError:
                 return {}
         out: dict[str, Entry] = {}
         for d in dirs:
+            directory = os.path.join(self._kv, d)
             try:
-                names = os.listdir(self.kv / d)
+                names = os.listdir(directory)
             except (FileNotFoundError, NotADirectoryError):
                 continue
             for name in names:
@@ -293,7 +375,7 @@ class FileBackend:
                     continue
                 key = self._key_of(d, name)
                 if key.startswith(prefix):
-                    entry = self._read(self.kv / d / name)
+                    entry = self._read(os.path.join(directory, name))
                     if entry is not None:
                         out[key] = entry
         return out
@@ -312,7 +394,7 @@ class FileBackend:
 
     def watch(self, key: str, *, version: Version | None, timeout: float) -> bool:
         """See :meth:`RendezvousBackend.watch` (polls the key's file)."""
-        path = self._file(check_key(key))
+        path = self._path(check_key(key))
 
         def changed() -> bool:
             entry = self._read(path)
@@ -320,17 +402,43 @@ class FileBackend:
 
         return self._poll(changed, timeout)
 
+    def _token_paths(self, prefix: str) -> tuple[str, ...]:
+        """The change tokens that move on every write under ``prefix``."""
+        head, sep, _ = prefix.partition("/")
+        if sep:
+            return (os.path.join(self._kv, urllib.parse.quote(head, safe=""), _TOKEN),)
+        try:  # no '/': the prefix may match keys of any directory (rare; the handler never does this)
+            dirs = sorted(d for d in os.listdir(self._kv) if not d.startswith("."))
+        except FileNotFoundError:
+            dirs = []
+        return tuple(os.path.join(self._kv, d, _TOKEN) for d in dirs)
+
+    def _token(self, path: str) -> bytes | None:
+        """A change token's bytes (``None`` while its directory has never been written)."""
+        try:
+            return self._read_bytes(path)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise RendezvousStateError(f"cannot read rendezvous change token {path}: {exc}") from exc
+
     def watch_prefix(self, prefix: str, *, versions: Mapping[str, Version], timeout: float) -> bool:
-        """See :meth:`RendezvousBackend.watch_prefix` (polls the revision file, relists on change)."""
+        """See :meth:`RendezvousBackend.watch_prefix`.
+
+        Polls the change token of the prefix's directory (writes elsewhere do not wake it) and
+        lists the prefix only when the token moved.
+        """
         check_key(prefix, prefix=True)
         known = dict(versions)
-        seen_rev: list[Any] = [object()]
+        seen: list[Any] = [object()]
 
         def changed() -> bool:
-            rev = self._read_json(self._rev_path)
-            if rev == seen_rev[0]:
+            paths = self._token_paths(prefix)
+            tokens = (paths, tuple(self._token(p) for p in paths))
+            if tokens == seen[0]:
                 return False
-            seen_rev[0] = rev
+            # Read before listing: a token published after this read is seen by the next poll.
+            seen[0] = tokens
             return {k: e.version for k, e in self.list(prefix).items()} != known
 
         return self._poll(changed, timeout)

@@ -3,7 +3,8 @@
 :class:`RendezvousHandler` is what an agent uses: :meth:`~RendezvousHandler.next_rendezvous`
 blocks until this node is a member of a completed round and returns a
 :class:`RendezvousResult`. Waiting is watch-driven (the backend wakes the handler when the
-round keys change); heartbeats run in a background thread.
+round header changes, see :class:`~rallypoint.rendezvous.state.Wait`); heartbeats run in a
+background thread.
 """
 
 from __future__ import annotations
@@ -126,14 +127,12 @@ class RoundIO:
     def __init__(self, backend: RendezvousBackend, machine: RendezvousStateMachine) -> None:
         self.backend = backend
         self.machine = machine
-        self.versions: dict[str, int] = {}
         self._hb_seq = 0
 
     # -- reads ---------------------------------------------------------------------------
     def read(self) -> View:
         """Read the header and the join counter (one prefix list)."""
         entries = self.backend.list(ROUND_PREFIX)
-        self.versions = {k: e.version for k, e in entries.items()}
         raw = entries.get(HEADER_KEY)
         header = Header() if raw is None else Header.from_json(raw.value)
         count = entries.get(count_key(header.round))
@@ -185,7 +184,6 @@ class RoundIO:
         """Carry out a write action; returns False when a compare-and-set lost a race."""
         b = self.backend
         if isinstance(action, WriteJoin):
-            self.heartbeat()
             key = join_key(action.round, self.machine.node_id)
             written, _ = b.compare_and_set(key, action.record.to_json(), version=None)
             if written:
@@ -368,7 +366,7 @@ class RendezvousHandler:
         self._start_heartbeats()
         while True:
             with self._lock:
-                action, _ = self.io.decide(self.clock())
+                action, view = self.io.decide(self.clock())
                 if isinstance(action, Finished):
                     result = self.io.result(action)
                     self._last = result
@@ -382,10 +380,11 @@ class RendezvousHandler:
                 if not isinstance(action, Wait):
                     self.io.apply(action)
                     continue
-                versions = dict(self.io.versions)
             timeout = max(0.0, action.until - self.clock())
             if timeout > 0:
-                self.backend.watch_prefix(ROUND_PREFIX, versions=versions, timeout=min(timeout, 3600.0))
+                # Watch the header from the version this step read: a change made since then
+                # (the round completed, a new round opened) returns at once, so no wake-up is lost.
+                self.backend.watch(HEADER_KEY, version=view.header_version, timeout=min(timeout, 3600.0))
         if self.pm is not None:
             self.pm.hook.rallypoint_rendezvous_completed(info=result)
         return result
@@ -481,8 +480,10 @@ class RendezvousHandler:
     def _start_heartbeats(self) -> None:
         if self._thread is not None:
             return
-        with self._lock:
-            self.io.heartbeat()
+        # The first beat comes one interval from now, not at once: a peer that reads no
+        # heartbeat record yet starts its timeout from that observation, and the record changes
+        # (appears) well within heartbeat_timeout. Writing at once would put N more writes
+        # into the moment N nodes join together.
         self._thread = threading.Thread(
             target=self._heartbeat_loop, name=f"rallypoint-heartbeat-{self.node_id}", daemon=True
         )

@@ -13,6 +13,12 @@ The protocol, per round ``r``:
   observer first saw ``min`` joined, some node compare-and-sets the round header from "round
   ``r`` open" to "round ``r`` complete, participants [...]". Only one such write can succeed, so
   every member reads the same participant list; a node's group rank is its index in that list.
+* Who acts: records are written before the counter, and a joiner reads the counter after its
+  own increment, so the node whose increment brings the count to ``min`` (or ``max``) always
+  sees it and drives the round from there (last call, completion). Every other node waits on
+  the round header alone (:class:`Wait`): it is not woken by each join, so ``N`` joins cost
+  ``O(N)`` wake-ups, not ``O(N^2)``. Should that node die before completing, the others take
+  over at their next periodic check (every ``heartbeat_interval``), which reads the records.
 * A node arriving while round ``r`` is complete writes ``join/<r+1>/<node>`` and waits (the wait
   list); members see it through :func:`nodes_waiting`.
 * A member that wants a new round (restart, scale-up, a dead peer, a node restarted under the
@@ -327,7 +333,14 @@ class NeedHeartbeats:
 
 @dataclass(frozen=True)
 class Wait:
-    """Nothing to do until the round keys change or ``until`` (the caller's clock) passes."""
+    """Nothing to do until the round header changes or ``until`` (the caller's clock) passes.
+
+    The caller watches :data:`HEADER_KEY` from the version in the :class:`View` it stepped
+    with (so a change made after that read wakes it at once) and steps again on a change or at
+    ``until``. Joins of other nodes need not wake a waiter: the joiner that brings the count to
+    ``min`` or ``max`` sees it itself (see the module docstring), and ``until`` is never later
+    than the next periodic check, which reads the records.
+    """
 
     until: float
 
@@ -463,9 +476,15 @@ class RendezvousStateMachine:
         return self.node.node_id
 
     def begin(self, now: float) -> None:
-        """Start a ``next_rendezvous`` attempt at ``now`` (starts the join timeout)."""
+        """Start a ``next_rendezvous`` attempt at ``now`` (starts the join timeout).
+
+        The first liveness check of the peers is one ``heartbeat_interval`` away: a check reads
+        every join record of the round, and a peer can only be found dead ``heartbeat_timeout``
+        after it was first observed anyway. Checking at once would make ``N`` simultaneous
+        joiners read ``O(N^2)`` records for nothing.
+        """
         self.join_deadline = now + self.settings.timeouts.join
-        self._next_check = now
+        self._next_check = now + self.settings.timeouts.heartbeat_interval
 
     def set_ticket(self, ticket: int) -> None:
         """Give this node its arrival ticket (from an atomic add, once per incarnation)."""
