@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 RALLYPOINT = [sys.executable, "-c", "from rallypoint.core.cli import entrypoint; entrypoint()"]
@@ -142,3 +143,79 @@ def test_env_strategy_conflicts_fail_clearly(tmp_path: Path) -> None:
         assert "rank strategy 'env' failed" in err
         assert "both have SLURM_PROCID=0" in err
         assert "Traceback" not in err
+
+
+GROWING = """
+import json, os, sys, time
+out = sys.argv[1]
+rnd = int(os.environ["RALLYPOINT_ROUND"])
+with open(os.path.join(out, f"r{rnd}.{os.environ['NODE_TAG']}"), "w") as f:
+    f.write(os.environ["RANK"])
+if rnd == 0:
+    time.sleep(60)  # until the late node arrives
+"""
+
+
+def test_topology_keeps_ranks_stable_when_a_node_joins(tmp_path: Path) -> None:
+    """a (rack r2) and b (rack r3) run; c (rack r1) arrives. A fresh sort would put c first;
+    stable topology keeps a and b where they were and appends c."""
+    (tmp_path / "grow.py").write_text(GROWING)
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("RALLYPOINT_", "SLURM_"))}
+    common = [
+        "run",
+        "--nnodes",
+        "2:3",
+        "--nproc-per-node",
+        "1",
+        "--rdzv-backend",
+        "file",
+        "--rdzv-endpoint",
+        str(tmp_path / "rdzv"),
+        "--run-id",
+        "stable",
+        "--local-addr",
+        "127.0.0.1",
+        "--set",
+        "ranks.strategy=topology",
+        "--set",
+        'ranks.options.order=["rack"]',
+        "--set",
+        "rendezvous.last_call_timeout=0.3s",
+    ]
+
+    def start(tag: str, rack: str) -> subprocess.Popen[str]:
+        env = {**base, "NODE_TAG": tag, "RALLYPOINT_NODE_LABELS": f"rack={rack}"}
+        return subprocess.Popen(
+            [
+                *RALLYPOINT,
+                *common,
+                "--node-id",
+                tag,
+                "--host-name",
+                f"host-{tag}",
+                str(tmp_path / "grow.py"),
+                str(tmp_path),
+            ],
+            cwd=tmp_path,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+
+    procs = [start("a", "r2"), start("b", "r3")]
+    try:
+        deadline = time.monotonic() + 60
+        while not ((tmp_path / "r0.a").exists() and (tmp_path / "r0.b").exists()):
+            assert time.monotonic() < deadline, "round 0 did not start"
+            time.sleep(0.05)
+        procs.append(start("c", "r1"))
+        results = [p.communicate(timeout=60) for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+    assert [p.returncode for p in procs] == [0, 0, 0], results
+    assert ((tmp_path / "r0.a").read_text(), (tmp_path / "r0.b").read_text()) == ("0", "1")
+    final = max(int(p.name.split(".")[0][1:]) for p in tmp_path.glob("r*.c"))
+    ranks = {tag: (tmp_path / f"r{final}.{tag}").read_text() for tag in "abc"}
+    assert ranks == {"a": "0", "b": "1", "c": "2"}

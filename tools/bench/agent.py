@@ -58,6 +58,7 @@ from tools.bench.harness import (
     Comparison,
     bench_parser,
     compare,
+    ensure_bytecode,
     find_executable,
     format_duration,
     format_ratio,
@@ -473,6 +474,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.number != 1:
         parser.error("--number makes no sense here: every sample is one whole job")
+    trees = ensure_bytecode()
+    print(f"(compiled {trees} rallypoint source trees to bytecode first, as an installed wheel has them)")
     measures = {"p1": measure_p1, "p3": measure_p3, "p8": measure_p8}
     units = {"p1": format_duration, "p3": format_duration, "p8": format_mib}
     results: dict[str, Comparison] = {}

@@ -222,6 +222,7 @@ class ElasticAgent:
                 local_world_size=p.local_world_size,
                 labels=dict(p.labels),
                 env=dict(getattr(p, "env", {}) or {}),
+                previous_rank=getattr(p, "previous_rank", None),
             )
             for i, p in enumerate(result.participants)
         ]
@@ -237,6 +238,8 @@ class ElasticAgent:
     ) -> tuple[Outcome, list[WorkerFailure]]:
         node_id = result.node.node_id
         mine = assignment.for_node(node_id)
+        # published with this node's next join, so that strategies can keep its ranks stable
+        self.handler.update_node(previous_rank=min(w.rank for w in mine))
         attempt_dir = self.settings.log_dir / f"attempt_{restarts}"
         attempt_dir.mkdir(parents=True, exist_ok=True)
         logs = WorkerLogs(self.settings.log_dir, restarts, host=self.host, tee=self.settings.tee)

@@ -345,6 +345,18 @@ class RendezvousHandler:
         """The result of the last completed round, if any."""
         return self._last
 
+    def update_node(self, **changes: Any) -> NodeInfo:
+        """Change this node's record for the next round (e.g. ``previous_rank``); returns it.
+
+        The record is published when the node joins its next round; the current round's
+        members keep the record they read. ``node_id`` cannot change.
+        """
+        if "node_id" in changes:
+            raise ValueError("a node's id cannot change; start a new handler for another node")
+        with self._lock:
+            self.machine.node = replace(self.machine.node, **changes)
+            return self.machine.node
+
     def next_rendezvous(self) -> RendezvousResult:
         """Block until this node is a member of a completed round.
 

@@ -114,6 +114,8 @@ class NodeInfo:
             group rank 0); ``None`` lets the handler pick one.
         env: environment facts the node shares with the others, e.g. the ranks a scheduler
             gave it (``SLURM_PROCID``...), so that every agent's rank strategy sees them.
+        previous_rank: the lowest global rank this node's workers had in the last round it ran,
+            or ``None``; rank strategies use it to keep ranks stable across rounds.
     """
 
     node_id: str
@@ -123,6 +125,7 @@ class NodeInfo:
     labels: Mapping[str, str] = field(default_factory=dict)
     master_port: int | None = None
     env: Mapping[str, str] = field(default_factory=dict)
+    previous_rank: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         """JSON form."""
@@ -134,6 +137,7 @@ class NodeInfo:
             "labels": dict(self.labels),
             "port": self.master_port,
             "env": dict(self.env),
+            "prev": self.previous_rank,
         }
 
     @classmethod
@@ -149,6 +153,7 @@ class NodeInfo:
                 labels={str(k): str(v) for k, v in data["labels"].items()},
                 master_port=None if data.get("port") is None else int(data["port"]),
                 env={str(k): str(v) for k, v in (data.get("env") or {}).items()},
+                previous_rank=None if data.get("prev") is None else int(data["prev"]),
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise RendezvousStateError(f"malformed rendezvous node record: {data!r} ({exc})") from exc
