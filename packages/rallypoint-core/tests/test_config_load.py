@@ -321,7 +321,7 @@ def test_bad_duration_message_is_exact(job_file) -> None:
         (
             "[agent]\ncolour = true\n",
             "job.toml: agent.colour: unknown key 'colour' in [agent] (known keys: exit_barrier_timeout, "
-            "log_dir, max_restarts, monitor_interval, tee)",
+            "log_dir, max_restarts, monitor_interval, store_head_start, tee)",
         ),
         ('[nodes]\nmax = "four"\n', "job.toml: nodes.max: expected an integer, got 'four'"),
         ("[nodes]\nmin = 2.5\n", "job.toml: nodes.min: expected an integer, got 2.5"),

@@ -95,6 +95,9 @@ class AgentSettings:
         watchdog: the watchdog timer backend record (``[timer] watchdog``), or ``None`` for off.
         watchdog_options: its validated ``[timer.options]``.
         timeline: give each worker ``RALLYPOINT_TIMELINE_FILE`` (``[timer] timeline``).
+        store_head_start: seconds worker rank 0 starts before this node's other workers. It
+            serves torch's ``env://`` store, and a client that finds no server yet backs off for
+            about half a second; the head start makes the first connection succeed.
     """
 
     argv: Sequence[str]
@@ -112,6 +115,7 @@ class AgentSettings:
     watchdog: Any = None
     watchdog_options: Any = None
     timeline: bool = False
+    store_head_start: float = 0.1
 
 
 @dataclass
@@ -277,7 +281,11 @@ class ElasticAgent:
         )
         group = WorkerGroup(logs=logs)
         self._group = group
-        group.start(specs)
+        # Worker rank 0 serves the env:// store. torch's clients back off for about half a second
+        # when they find no server yet, so the store's worker starts a moment before the others.
+        head_start = self.settings.store_head_start if any(w.rank == 0 for w in mine) and len(specs) > 1 else 0.0
+        specs.sort(key=lambda spec: spec.rank)
+        group.start(specs, head_start=head_start)
         if self._watchdog is not None:
             for rank, pid in group.pids.items():
                 self._watchdog.register_worker(pid, rank)

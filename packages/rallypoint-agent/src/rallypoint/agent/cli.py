@@ -260,6 +260,7 @@ def run(
         watchdog=timer_sel.record if timer_sel and timer_sel.record else None,
         watchdog_options=timer_sel.options if timer_sel else None,
         timeline=cfg.timer.timeline,
+        store_head_start=cfg.agent.store_head_start,
     )
     agent = ElasticAgent(handler, settings, pm=pm)
     agent.host = host

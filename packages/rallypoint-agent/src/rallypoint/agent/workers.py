@@ -279,8 +279,13 @@ class WorkerGroup:
 
     # -- starting --------------------------------------------------------------------------------
 
-    def start(self, specs: Iterable[WorkerSpec]) -> None:
+    def start(self, specs: Iterable[WorkerSpec], *, head_start: float = 0.0) -> None:
         """Start every worker; all or nothing.
+
+        Args:
+            specs: the workers, started in this order.
+            head_start: seconds between starting the first worker and the others (see
+                :attr:`rallypoint.agent.agent.AgentSettings.store_head_start`).
 
         Raises:
             WorkerStartError: a worker could not be started; those already started are killed.
@@ -295,7 +300,9 @@ class WorkerGroup:
             if self._started:
                 raise ValueError("this WorkerGroup was already started; use a new one for the next attempt")
             self._started = True
-        for spec in spec_list:
+        for index, spec in enumerate(spec_list):
+            if index == 1 and head_start > 0:
+                time.sleep(head_start)
             try:
                 worker = _spawner.call(functools.partial(self._spawn, spec))
             except (OSError, subprocess.SubprocessError) as err:

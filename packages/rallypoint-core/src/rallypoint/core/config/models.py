@@ -153,6 +153,10 @@ class AgentSection(Section):
     exit_barrier_timeout: PositiveDuration = 300.0
     log_dir: str = "runs/{run_id}"
     tee: Tee = "all"
+    store_head_start: Duration = Field(
+        default=0.1,
+        description="How long worker rank 0 (which serves the env:// store) starts before the others.",
+    )
 
 
 class TimerSection(Section):
