@@ -115,7 +115,7 @@ class AgentSettings:
     watchdog: Any = None
     watchdog_options: Any = None
     timeline: bool = False
-    store_head_start: float = 0.1
+    store_head_start: float = 0.05
 
 
 @dataclass

@@ -154,7 +154,7 @@ class AgentSection(Section):
     log_dir: str = "runs/{run_id}"
     tee: Tee = "all"
     store_head_start: Duration = Field(
-        default=0.1,
+        default=0.05,
         description="How long worker rank 0 (which serves the env:// store) starts before the others.",
     )
 
