@@ -30,3 +30,14 @@ def test_collectives_smoke_prints_the_ratio_last():
     assert ratio > 0
     for case in ("all_reduce 1MB", "all_reduce 64MB", "barrier"):
         assert case in proc.stdout
+
+
+@pytest.mark.slow
+def test_collectives_overhead_smoke_prints_both_cases():
+    script = SCRIPT.with_name("collectives_overhead.py")
+    proc = subprocess.run([sys.executable, str(script), "--smoke"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "all_reduce of 16 floats" in proc.stdout
+    a, b, ratio = parse_ratio_line(proc.stdout)  # the barrier case comes last
+    assert (a, b) == ("rallypoint", "torch")
+    assert ratio > 0
