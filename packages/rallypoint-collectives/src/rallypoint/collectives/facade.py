@@ -489,6 +489,17 @@ def _complete(
     _poll_wait(work, op, info, seq, timeout, peer)
 
 
+def _finish(work: Any, op: str, info: _GroupInfo, timeout: float | None, async_op: bool, result: Any) -> Any:
+    """Second half of every collective: count the call, then hand back a Work or complete it."""
+    info.seq += 1
+    if work is None:
+        return result
+    if async_op:
+        return Work(work, op, info, info.seq, timeout, None, result)
+    _complete(work, op, info, info.seq, timeout)
+    return result
+
+
 def _slow_wait(work: _dist.Work, op: str, info: _GroupInfo, seq: int, timeout: float, waited: float) -> None:
     key = _announce(info, seq, op)
     remaining = timeout - waited
@@ -713,14 +724,7 @@ def broadcast(
     if not info.blocking and timeout is None and not async_op:
         _dist.broadcast(tensor, src, group)
         return tensor
-    work = _dist.broadcast(tensor, src, group, True)
-    info.seq += 1
-    if work is None:
-        return tensor
-    if async_op:
-        return Work(work, "broadcast", info, info.seq, timeout, None, tensor)
-    _complete(work, "broadcast", info, info.seq, timeout)
-    return tensor
+    return _finish(_dist.broadcast(tensor, src, group, True), "broadcast", info, timeout, async_op, tensor)
 
 
 def all_reduce(
@@ -735,14 +739,7 @@ def all_reduce(
     if not info.blocking and timeout is None and not async_op:
         _dist.all_reduce(tensor, op, group)
         return tensor
-    work = _dist.all_reduce(tensor, op, group, True)
-    info.seq += 1
-    if work is None:
-        return tensor
-    if async_op:
-        return Work(work, "all_reduce", info, info.seq, timeout, None, tensor)
-    _complete(work, "all_reduce", info, info.seq, timeout)
-    return tensor
+    return _finish(_dist.all_reduce(tensor, op, group, True), "all_reduce", info, timeout, async_op, tensor)
 
 
 def reduce(
@@ -762,14 +759,7 @@ def reduce(
     if not info.blocking and timeout is None and not async_op:
         _dist.reduce(tensor, dst, op, group)
         return tensor
-    work = _dist.reduce(tensor, dst, op, group, True)
-    info.seq += 1
-    if work is None:
-        return tensor
-    if async_op:
-        return Work(work, "reduce", info, info.seq, timeout, None, tensor)
-    _complete(work, "reduce", info, info.seq, timeout)
-    return tensor
+    return _finish(_dist.reduce(tensor, dst, op, group, True), "reduce", info, timeout, async_op, tensor)
 
 
 def all_gather(
@@ -784,14 +774,9 @@ def all_gather(
     if not info.blocking and timeout is None and not async_op:
         _dist.all_gather(tensor_list, tensor, group)
         return tensor_list
-    work = _dist.all_gather(tensor_list, tensor, group, True)
-    info.seq += 1
-    if work is None:
-        return tensor_list
-    if async_op:
-        return Work(work, "all_gather", info, info.seq, timeout, None, tensor_list)
-    _complete(work, "all_gather", info, info.seq, timeout)
-    return tensor_list
+    return _finish(
+        _dist.all_gather(tensor_list, tensor, group, True), "all_gather", info, timeout, async_op, tensor_list
+    )
 
 
 def gather(
@@ -810,14 +795,7 @@ def gather(
     if not info.blocking and timeout is None and not async_op:
         _dist.gather(tensor, gather_list, dst, group)
         return gather_list
-    work = _dist.gather(tensor, gather_list, dst, group, True)
-    info.seq += 1
-    if work is None:
-        return gather_list
-    if async_op:
-        return Work(work, "gather", info, info.seq, timeout, None, gather_list)
-    _complete(work, "gather", info, info.seq, timeout)
-    return gather_list
+    return _finish(_dist.gather(tensor, gather_list, dst, group, True), "gather", info, timeout, async_op, gather_list)
 
 
 def scatter(
@@ -836,14 +814,7 @@ def scatter(
     if not info.blocking and timeout is None and not async_op:
         _dist.scatter(tensor, scatter_list, src, group)
         return tensor
-    work = _dist.scatter(tensor, scatter_list, src, group, True)
-    info.seq += 1
-    if work is None:
-        return tensor
-    if async_op:
-        return Work(work, "scatter", info, info.seq, timeout, None, tensor)
-    _complete(work, "scatter", info, info.seq, timeout)
-    return tensor
+    return _finish(_dist.scatter(tensor, scatter_list, src, group, True), "scatter", info, timeout, async_op, tensor)
 
 
 def barrier(group: ProcessGroup | None = None, async_op: bool = False, timeout: float | None = None) -> Any:
@@ -852,11 +823,4 @@ def barrier(group: ProcessGroup | None = None, async_op: bool = False, timeout: 
     if not info.blocking and timeout is None and not async_op:
         _dist.barrier(group)
         return None
-    work = _dist.barrier(group, True)
-    info.seq += 1
-    if work is None:
-        return None
-    if async_op:
-        return Work(work, "barrier", info, info.seq, timeout, None)
-    _complete(work, "barrier", info, info.seq, timeout)
-    return None
+    return _finish(_dist.barrier(group, True), "barrier", info, timeout, async_op, None)
