@@ -19,13 +19,41 @@ with open(os.path.join(sys.argv[1], "w" + os.environ["RANK"] + ".json"), "w") as
 """
 
 
+def _wait_joined(tmp_path: Path, run_id: str, count: int) -> None:
+    """Wait until ``count`` nodes joined round 0 (``rallypoint status``), so arrival order is known."""
+    if count == 0:
+        return
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        status = subprocess.run(
+            [
+                *RALLYPOINT,
+                "status",
+                "--rdzv-backend",
+                "file",
+                "--rdzv-endpoint",
+                str(tmp_path / "rdzv"),
+                "--run-id",
+                run_id,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        if f"joined:    {count}\n" in status.stdout:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"{count} node(s) did not join {run_id!r}")
+
+
 def run_two_agents(tmp_path: Path, run_id: str, strategy_args: list[str], node_env: dict[str, dict[str, str]]) -> dict:
     out = tmp_path / run_id
     out.mkdir()
     (tmp_path / "worker.py").write_text(WORKER)
     base = {k: v for k, v in os.environ.items() if not k.startswith(("RALLYPOINT_", "SLURM_"))}
     procs = []
-    for tag, extra in node_env.items():
+    for joined, (tag, extra) in enumerate(node_env.items()):
+        _wait_joined(tmp_path, run_id, joined)  # join in order: the first node is group rank 0
         env = {**base, **extra, "NODE_TAG": tag}
         procs.append(
             subprocess.Popen(
@@ -81,13 +109,14 @@ def test_topology_orders_nodes_by_their_labels(tmp_path: Path) -> None:
         args,
         {"a": {"RALLYPOINT_NODE_LABELS": "rack=r1"}, "b": {"RALLYPOINT_NODE_LABELS": "rack=r3"}},
     )
+    # a joined first (group rank 0), but b's rack sorts first: b gets ranks 0 and 1
     assert first["b"] == [0, 1]
     assert first["a"] == [2, 3]
+    assert first["group_of_rank0"] == "1"
+    # with the labels the other way round, the order agrees with the arrival order
     assert second["a"] == [0, 1]
     assert second["b"] == [2, 3]
-    # the rendezvous order was the same both times (or not): either way, the labels decided at
-    # least once against the group-rank order, so the strategy really reordered the nodes
-    assert "1" in (first["group_of_rank0"], second["group_of_rank0"])
+    assert second["group_of_rank0"] == "0"
 
 
 def test_env_takes_the_ranks_a_scheduler_gave(tmp_path: Path) -> None:

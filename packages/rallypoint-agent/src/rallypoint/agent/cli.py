@@ -306,10 +306,10 @@ def status(
         raise click.UsageError("give the job's run id: --run-id ID (or rendezvous.run_id in the job file)")
     backend = open_backend(cfg.rendezvous, pm)
     entry = backend.get(HEADER_KEY)
-    if entry is None:
+    if entry is None and backend.get(count_key(0)) is None:
         click.echo(f"run {cfg.rendezvous.run_id!r}: no rendezvous state (not started, or another backend/endpoint)")
         return 1
-    header = Header.from_json(entry.value)
+    header = Header.from_json(entry.value) if entry is not None else Header()  # round 0 still gathering
     restarts = backend.get("agent/restarts")
     failures = backend.list("agent/failures/")
     joined = backend.get(count_key(header.round))
@@ -323,7 +323,8 @@ def status(
             click.echo(f"  {rank}: {member.node_id}")
         click.echo(f"waiting:   {int(waiting.value) if waiting else 0}")
     else:
-        click.echo(f"joined:    {int(joined.value) if joined else 0} (min {cfg.nodes.min}, max {cfg.nodes.max_nodes})")
+        limits = f" (min {cfg.nodes.min}, max {cfg.nodes.max_nodes})" if job_file else ""
+        click.echo(f"joined:    {int(joined.value) if joined else 0}{limits}")
     click.echo(f"restarts:  {int(restarts.value) if restarts else 0}")
     click.echo(f"failures:  {len(failures)}")
     return 0
