@@ -67,7 +67,7 @@ time.sleep(120)
 
 
 def run(args: list[str], cwd: Path, timeout: float = 120, **kw) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RALLYPOINT_")}
+    env = agent_env()
     return subprocess.run([*RALLYPOINT, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, **kw)
 
 
@@ -75,6 +75,31 @@ def script(tmp_path: Path, name: str, body: str) -> Path:
     path = tmp_path / name
     path.write_text(textwrap.dedent(body))
     return path
+
+
+def agent_env(**extra: str) -> dict[str, str]:
+    """This process's environment without RALLYPOINT_* overrides, plus ``extra``."""
+    env = agent_env()
+    env.update(extra)
+    return env
+
+
+def file_job(tmp_path: Path, run_id: str, nnodes: str, *extra: str) -> list[str]:
+    """``rallypoint run`` arguments for a multi-node job on loopback with the file backend."""
+    return [
+        "run",
+        "--nnodes",
+        nnodes,
+        "--rdzv-backend",
+        "file",
+        "--rdzv-endpoint",
+        str(tmp_path / "rdzv"),
+        "--run-id",
+        run_id,
+        "--local-addr",
+        "127.0.0.1",
+        *extra,
+    ]
 
 
 def alive(pid: int) -> bool:
@@ -165,7 +190,7 @@ def test_a_worker_killed_by_a_signal_is_reported_by_signal_name(tmp_path: Path) 
 
 def test_sigterm_is_forwarded_to_workers(tmp_path: Path) -> None:
     sleeper = script(tmp_path, "sleeper.py", SLEEPER)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RALLYPOINT_")}
+    env = agent_env()
     agent = subprocess.Popen(
         [*RALLYPOINT, "run", "--nproc-per-node", "2", "--run-id", "term", str(sleeper), str(tmp_path)],
         cwd=tmp_path,
@@ -191,7 +216,7 @@ def test_sigterm_is_forwarded_to_workers(tmp_path: Path) -> None:
 
 def test_an_agent_killed_with_sigkill_leaves_no_worker_behind(tmp_path: Path) -> None:
     sleeper = script(tmp_path, "sleeper.py", SLEEPER)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RALLYPOINT_")}
+    env = agent_env()
     agent = subprocess.Popen(
         [*RALLYPOINT, "run", "--nproc-per-node", "2", "--run-id", "orphans", str(sleeper), str(tmp_path)],
         cwd=tmp_path,
@@ -218,7 +243,7 @@ def test_an_agent_killed_with_sigkill_leaves_no_worker_behind(tmp_path: Path) ->
 
 def test_two_jobs_on_one_host_neither_collide_nor_merge(tmp_path: Path) -> None:
     check = script(tmp_path, "check.py", ENV_CHECK)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RALLYPOINT_")}
+    env = agent_env()
     outs = [tmp_path / "a", tmp_path / "b"]
     procs = []
     for out in outs:
@@ -245,20 +270,8 @@ def test_two_jobs_on_one_host_neither_collide_nor_merge(tmp_path: Path) -> None:
 
 def test_two_agents_on_loopback_with_the_file_backend(tmp_path: Path) -> None:
     check = script(tmp_path, "check.py", ENV_CHECK)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RALLYPOINT_")}
-    common = [
-        "run",
-        "--nnodes",
-        "2",
-        "--rdzv-backend",
-        "file",
-        "--rdzv-endpoint",
-        str(tmp_path / "rdzv"),
-        "--run-id",
-        "two",
-        "--local-addr",
-        "127.0.0.1",
-    ]
+    env = agent_env()
+    common = file_job(tmp_path, "two", "2")
     procs = [
         subprocess.Popen(
             [*RALLYPOINT, *common, "--nproc-per-node", str(n), "--node-id", f"node{i}", str(check), str(tmp_path)],
@@ -317,28 +330,20 @@ if rnd == 0:
 def test_a_dead_agent_makes_the_survivors_re_rendezvous_and_finish(tmp_path: Path) -> None:
     """R3: SIGKILL one agent of three (min 2): no orphans, the others notice, regroup and finish."""
     body = script(tmp_path, "member.py", MEMBERSHIP)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RALLYPOINT_")}
-    common = [
-        "run",
-        "--nnodes",
+    env = agent_env()
+    common = file_job(
+        tmp_path,
+        "r3",
         "2:3",
         "--nproc-per-node",
         "1",
-        "--rdzv-backend",
-        "file",
-        "--rdzv-endpoint",
-        str(tmp_path / "rdzv"),
-        "--run-id",
-        "r3",
-        "--local-addr",
-        "127.0.0.1",
         "--set",
         "rendezvous.heartbeat_interval=0.25s",
         "--set",
         "rendezvous.heartbeat_timeout=1.5s",
         "--set",
         "rendezvous.last_call_timeout=1s",
-    ]
+    )
     agents = [
         subprocess.Popen(
             [*RALLYPOINT, *common, "--node-id", f"n{i}", str(body), str(tmp_path)],
@@ -390,26 +395,18 @@ def _ancestors(pid: int) -> set[int]:
 
 def test_a_late_node_grows_the_job_without_spending_restarts(tmp_path: Path) -> None:
     body = script(tmp_path, "member.py", MEMBERSHIP)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RALLYPOINT_")}
-    common = [
-        "run",
-        "--nnodes",
+    env = agent_env()
+    common = file_job(
+        tmp_path,
+        "grow",
         "1:2",
         "--nproc-per-node",
         "1",
-        "--rdzv-backend",
-        "file",
-        "--rdzv-endpoint",
-        str(tmp_path / "rdzv"),
-        "--run-id",
-        "grow",
-        "--local-addr",
-        "127.0.0.1",
         "--max-restarts",
         "0",
         "--set",
         "rendezvous.last_call_timeout=0.5s",
-    ]
+    )
     first = subprocess.Popen(
         [*RALLYPOINT, *common, "--node-id", "a", str(body), str(tmp_path)],
         cwd=tmp_path,
@@ -450,7 +447,7 @@ def test_module_mode_and_tee_filter(tmp_path: Path) -> None:
     pkg.mkdir()
     (pkg / "__init__.py").write_text("")
     (pkg / "hello.py").write_text("import os, sys\nprint('hello from', os.environ['RANK'], sys.argv[1:])\n")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RALLYPOINT_")}
+    env = agent_env()
     env["PYTHONPATH"] = str(tmp_path)
     result = subprocess.run(
         [*RALLYPOINT, "run", "--nproc-per-node", "3", "--tee", "rank0", "--run-id", "mod", "-m", "mypkg.hello", "--x"],
