@@ -79,7 +79,7 @@ def script(tmp_path: Path, name: str, body: str) -> Path:
 
 def agent_env(**extra: str) -> dict[str, str]:
     """This process's environment without RALLYPOINT_* overrides, plus ``extra``."""
-    env = agent_env()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RALLYPOINT_")}
     env.update(extra)
     return env
 
