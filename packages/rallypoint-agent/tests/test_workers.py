@@ -19,7 +19,6 @@ import pytest
 from rallypoint.agent import workers as workers_mod
 from rallypoint.agent.logs import WorkerLogs
 from rallypoint.agent.workers import (
-    PDEATHSIG_SUPPORTED,
     WorkerExit,
     WorkerGroup,
     WorkerSpec,
@@ -29,7 +28,6 @@ from rallypoint.agent.workers import (
 from rallypoint.core.errors import RallypointError
 
 PY = sys.executable
-linux_only = pytest.mark.skipif(not PDEATHSIG_SUPPORTED, reason="parent-death signal is Linux-only")
 
 
 def py(code: str) -> list[str]:
@@ -286,7 +284,6 @@ def test_empty_group():
     assert group.stop() == {}
 
 
-@linux_only
 def test_workers_survive_the_thread_that_started_them():
     group = WorkerGroup()
     thread = threading.Thread(target=group.start, args=([WorkerSpec(0, py("import time; time.sleep(60)"))],))
@@ -299,7 +296,6 @@ def test_workers_survive_the_thread_that_started_them():
         group.stop(grace=0)
 
 
-@linux_only
 def test_child_that_missed_its_parent_death_kills_itself():
     # The race: the agent dies between fork and prctl. Simulate it by telling the hook to expect
     # a parent that is not ours; the child must kill itself before exec.
@@ -336,13 +332,11 @@ def run_agent_and_kill_it(tmp_path: Path, pdeathsig: bool) -> list[int]:
     return pids
 
 
-@linux_only
 def test_sigkilled_agent_leaves_no_orphans(tmp_path):
     pids = run_agent_and_kill_it(tmp_path, pdeathsig=True)
     assert wait_until(lambda: not any(alive(p) for p in pids), 2.0), "workers outlived their agent"
 
 
-@linux_only
 def test_without_pdeathsig_workers_would_be_orphaned(tmp_path):
     # The control experiment: proves the test above detects orphans.
     pids = run_agent_and_kill_it(tmp_path, pdeathsig=False)

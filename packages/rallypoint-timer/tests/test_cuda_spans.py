@@ -5,11 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import torch
 
 from rallypoint.timer import Recorder, TimelineConfig
 from rallypoint.timer.merge import load_log
-
-torch = pytest.importorskip("torch")
 
 
 @pytest.mark.gpu
