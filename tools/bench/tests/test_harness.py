@@ -282,32 +282,3 @@ def test_harness_does_not_import_torch():
         [sys.executable, "-c", code], env=_subprocess_env(), cwd=REPO_ROOT, capture_output=True, text=True, check=True
     )
     assert proc.stdout.strip() == "False"
-
-
-# ------------------------------------------------------------------------------------------------
-# the real example benchmark
-
-
-def test_cli_startup_help_runs_nothing():
-    proc = subprocess.run(
-        [sys.executable, str(BENCH_DIR / "cli_startup.py"), "--help"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
-    assert "--smoke" in proc.stdout
-    assert "torchrun --help" in proc.stdout
-
-
-@pytest.mark.slow
-def test_cli_startup_smoke_prints_the_ratio_last():
-    proc = subprocess.run(
-        [sys.executable, str(BENCH_DIR / "cli_startup.py"), "--smoke"], capture_output=True, text=True, timeout=240
-    )
-    assert proc.returncode == 0, proc.stderr
-    a, b, ratio = parse_ratio_line(proc.stdout)
-    assert (a, b) == ("rallypoint", "torch")
-    assert ratio > 0
-    assert "rallypoint --help" in proc.stdout
-    assert "torchrun --help" in proc.stdout
