@@ -248,15 +248,37 @@ def measure_p1(args: argparse.Namespace, workdir: str) -> Comparison:
         f"B torch:      {b.describe()}",
         *_startup_figures(settings["rounds"], settings["warmup"]),
     ]
-    comparison = compare(
-        a, b, labels=LABELS, progress=_progress(args.verbose, "P1", format_duration), **_harness(settings)
-    )
-    print(format_report(comparison, title="P1 agent: whole command, spawn to exit", details=details), flush=True)
-    return comparison
+    return _measure(args, "P1", a, b, title="P1 agent: whole command, spawn to exit", details=details)
 
 
 def _harness(settings: dict[str, int]) -> dict[str, int]:
     return {"rounds": settings["rounds"], "warmup": settings["warmup"]}
+
+
+def _measure(
+    args: argparse.Namespace,
+    name: str,
+    a: Any,
+    b: Any,
+    *,
+    title: str,
+    details: Sequence[str],
+    clock: Any = None,
+    unit: Callable[[float], str] = format_duration,
+    report: Callable[..., str] = format_report,
+) -> Comparison:
+    """Compare the two sides with the command line's settings and print the measure's table."""
+    extra = {"clock": clock} if clock is not None else {}
+    comparison = compare(
+        a,
+        b,
+        labels=LABELS,
+        progress=_progress(args.verbose, name, unit),
+        **extra,
+        **_harness(settings_from_args(args)),
+    )
+    print(report(comparison, title=title, details=details), flush=True)
+    return comparison
 
 
 # ------------------------------------------------------------------------------------------------
@@ -306,21 +328,15 @@ def measure_p3(args: argparse.Namespace, workdir: str) -> Comparison:
         f"B torch:      {_describe(theirs)}",
         "sample: max(first line of the attempt-1 workers) - time.time() just before os.kill",
     ]
-    comparison = compare(
+    return _measure(
+        args,
+        "P3",
         a,
         b,
-        labels=LABELS,
         clock=clock,
-        progress=_progress(args.verbose, "P3", format_duration),
-        **_harness(settings_from_args(args)),
+        title="P3 agent: restart latency, SIGKILL to all new workers' first line",
+        details=details,
     )
-    print(
-        format_report(
-            comparison, title="P3 agent: restart latency, SIGKILL to all new workers' first line", details=details
-        ),
-        flush=True,
-    )
-    return comparison
 
 
 # ------------------------------------------------------------------------------------------------
@@ -430,21 +446,17 @@ def measure_p8(args: argparse.Namespace, workdir: str) -> Comparison:
         f"A rallypoint: {_describe(ours)}  (agent: the rallypoint process)",
         f"B torch:      {_describe(theirs)}  (agent: the torchrun process)",
     ]
-    comparison = compare(
+    return _measure(
+        args,
+        "P8",
         a,
         b,
-        labels=LABELS,
         clock=clock,
-        progress=_progress(args.verbose, "P8", format_mib),
-        **_harness(settings_from_args(args)),
+        title="P8 agent: peak resident memory (VmHWM) of the agent process",
+        details=details,
+        unit=format_mib,
+        report=format_memory_report,
     )
-    print(
-        format_memory_report(
-            comparison, title="P8 agent: peak resident memory (VmHWM) of the agent process", details=details
-        ),
-        flush=True,
-    )
-    return comparison
 
 
 # ------------------------------------------------------------------------------------------------
