@@ -281,10 +281,18 @@ class FileBackend:
         bytes, which only looks like a change (a harmless extra look); the next poll reads the
         final value, so no change is missed.
         """
+        path = os.path.join(directory, _TOKEN)
+        text = f"{rev:>{_REV_WIDTH}d}"
         try:
-            fd = os.open(os.path.join(directory, _TOKEN), os.O_WRONLY | os.O_CREAT, 0o644)
             try:
-                os.pwrite(fd, b"%*d" % (_REV_WIDTH, rev), 0)
+                fd = os.open(path, os.O_WRONLY)
+            except FileNotFoundError:
+                # The first token of a directory is created whole, so that a process killed
+                # here never leaves an empty token behind.
+                self._atomic_write(path, text)
+                return
+            try:
+                os.pwrite(fd, text.encode(), 0)
             finally:
                 os.close(fd)
         except OSError as exc:
