@@ -37,7 +37,7 @@ dist.destroy_process_group()
 
 CRASH_UNTIL = """
 import os, sys
-from rallypoint.agent.errors import record
+from rallypoint.agent.error_files import record
 
 @record
 def main():

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from rallypoint.agent.env import WorkerContext, worker_environment
-from rallypoint.agent.errors import read_error_file
+from rallypoint.agent.error_files import read_error_file
 from rallypoint.agent.logs import WorkerLogs
 from rallypoint.agent.ranks import NodeInfo as RankNode
 from rallypoint.agent.ranks import RankAssignment, compute_assignment

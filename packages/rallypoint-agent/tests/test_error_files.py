@@ -1,4 +1,4 @@
-"""Tests of rallypoint.agent.errors: error files written by real crashing scripts, and read back."""
+"""Tests of rallypoint.agent.error_files: error files written by real crashing scripts, and read back."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import textwrap
 
 import pytest
 
-from rallypoint.agent.errors import (
+from rallypoint.agent.error_files import (
     ERROR_FILE_ENV,
     error_payload,
     install_excepthook,
@@ -34,7 +34,7 @@ def run_script(code: str, error_file, **env: str) -> subprocess.CompletedProcess
 
 
 CRASH = """
-    from rallypoint.agent.errors import record
+    from rallypoint.agent.error_files import record
 
     def helper():
         raise ValueError("bad input 42")
@@ -82,17 +82,17 @@ def test_crashing_script_writes_an_error_file_that_reads_back(tmp_path):
 
 def test_system_exit_zero_is_not_an_error(tmp_path):
     error_file = tmp_path / "error.json"
-    code = "from rallypoint.agent.errors import record\n@record\ndef main():\n    raise SystemExit(0)\nmain()\n"
+    code = "from rallypoint.agent.error_files import record\n@record\ndef main():\n    raise SystemExit(0)\nmain()\n"
     assert run_script(code, error_file).returncode == 0
     assert not error_file.exists()
-    code = "import sys\nfrom rallypoint.agent.errors import record\n@record()\ndef main():\n    sys.exit()\nmain()\n"
+    code = "import sys\nfrom rallypoint.agent.error_files import record\n@record()\ndef main():\n    sys.exit()\nmain()\n"
     assert run_script(code, error_file).returncode == 0
     assert not error_file.exists()
 
 
 def test_nonzero_system_exit_is_recorded_and_keeps_its_code(tmp_path):
     error_file = tmp_path / "error.json"
-    code = "import sys\nfrom rallypoint.agent.errors import record\n@record\ndef main():\n    sys.exit(3)\nmain()\n"
+    code = "import sys\nfrom rallypoint.agent.error_files import record\n@record\ndef main():\n    sys.exit(3)\nmain()\n"
     assert run_script(code, error_file).returncode == 3
     err = read_error_file(error_file)
     assert err is not None
@@ -103,7 +103,7 @@ def test_nonzero_system_exit_is_recorded_and_keeps_its_code(tmp_path):
 def test_install_excepthook(tmp_path):
     error_file = tmp_path / "error.json"
     code = """
-        from rallypoint.agent.errors import install_excepthook
+        from rallypoint.agent.error_files import install_excepthook
         install_excepthook()
         install_excepthook()  # idempotent
         class CustomError(RuntimeError):
