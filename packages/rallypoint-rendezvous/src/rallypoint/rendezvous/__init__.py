@@ -1,6 +1,8 @@
 """rallypoint rendezvous: how agents on many hosts agree on who is in the job and in which order.
 
-* :mod:`rallypoint.rendezvous.state`: the algorithm, a pure state machine.
+* :mod:`rallypoint.rendezvous.state`: the algorithm, a pure state machine (its records and keys in
+  :mod:`~rallypoint.rendezvous.keyspace`, inputs and actions in :mod:`~rallypoint.rendezvous.actions`,
+  liveness and the wait list in :mod:`~rallypoint.rendezvous.membership`).
 * :mod:`rallypoint.rendezvous.backend`: the key-value protocol a backend implements.
 * :mod:`rallypoint.rendezvous.handler`: :class:`RendezvousHandler`, what an agent calls.
 * :mod:`rallypoint.rendezvous.memory`: the in-process ``memory`` backend.

@@ -28,20 +28,55 @@ The protocol, per round ``r``:
   monotonic time is dead (:class:`LivenessTracker`); no two hosts' clocks are ever compared.
 * Closing sets ``closed`` in the header: the job is over for everyone (a node that merely leaves
   does not close the rendezvous).
+
+This module holds the machine; the records and keys it reads and writes are in
+:mod:`rallypoint.rendezvous.keyspace`, its inputs and actions in :mod:`rallypoint.rendezvous.actions`,
+liveness and the wait list in :mod:`rallypoint.rendezvous.membership`. Every one of those names is
+also importable from here.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
-from rallypoint.rendezvous.backend import Version
-from rallypoint.rendezvous.errors import RendezvousStateError, TimeoutInfo
-from rallypoint.rendezvous.timeouts import RendezvousTimeouts
+from rallypoint.rendezvous.actions import (
+    Action,
+    CasHeader,
+    Closed,
+    Finished,
+    NeedHeartbeats,
+    NeedJoins,
+    RemoveJoins,
+    Settings,
+    TimedOut,
+    View,
+    Wait,
+    WriteJoin,
+)
+from rallypoint.rendezvous.errors import TimeoutInfo
+from rallypoint.rendezvous.keyspace import (
+    FORMAT,
+    HEADER_KEY,
+    ROUND_PREFIX,
+    TICKET_KEY,
+    Header,
+    JoinRecord,
+    Member,
+    NodeInfo,
+    count_key,
+    heartbeat_key,
+    join_key,
+    join_prefix,
+)
+from rallypoint.rendezvous.membership import LivenessTracker, nodes_waiting, ring_successors
 
 __all__ = [
+    "FORMAT",
     "HEADER_KEY",
+    "ROUND_PREFIX",
+    "TICKET_KEY",
     "Action",
     "CasHeader",
     "Closed",
@@ -67,375 +102,6 @@ __all__ = [
     "nodes_waiting",
     "ring_successors",
 ]
-
-FORMAT = 1
-HEADER_KEY = "round/header"
-ROUND_PREFIX = "round/"
-TICKET_KEY = "ticket"
-
-
-def count_key(round_: int) -> str:
-    """Key of the join counter of ``round_``."""
-    return f"round/count/{round_}"
-
-
-def join_prefix(round_: int) -> str:
-    """Prefix of the join records of ``round_``."""
-    return f"join/{round_}/"
-
-
-def join_key(round_: int, node_id: str) -> str:
-    """Key of ``node_id``'s join record in ``round_``."""
-    return f"join/{round_}/{node_id}"
-
-
-def heartbeat_key(node_id: str) -> str:
-    """Key of ``node_id``'s heartbeat record."""
-    return f"hb/{node_id}"
-
-
-def _require(cond: bool, what: str, data: Any) -> None:
-    if not cond:
-        raise RendezvousStateError(f"malformed rendezvous {what}: {data!r}")
-
-
-@dataclass(frozen=True)
-class NodeInfo:
-    """What a node tells the others about itself.
-
-    Attributes:
-        node_id: identity, unique in the job and stable across restarts of the same node
-            (``[A-Za-z0-9._~:@+=,-]``).
-        host: host name.
-        addr: address other nodes and workers can reach this node at.
-        local_world_size: number of workers this node runs.
-        labels: free-form string labels (rack, zone, GPU model...), used by rank strategies.
-        master_port: a port this node offers for the workers' store (used when it becomes
-            group rank 0); ``None`` lets the handler pick one.
-        env: environment facts the node shares with the others, e.g. the ranks a scheduler
-            gave it (``SLURM_PROCID``...), so that every agent's rank strategy sees them.
-        previous_rank: the lowest global rank this node's workers had in the last round it ran,
-            or ``None``; rank strategies use it to keep ranks stable across rounds.
-    """
-
-    node_id: str
-    host: str
-    addr: str
-    local_world_size: int = 1
-    labels: Mapping[str, str] = field(default_factory=dict)
-    master_port: int | None = None
-    env: Mapping[str, str] = field(default_factory=dict)
-    previous_rank: int | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        """JSON form."""
-        return {
-            "id": self.node_id,
-            "host": self.host,
-            "addr": self.addr,
-            "lws": self.local_world_size,
-            "labels": dict(self.labels),
-            "port": self.master_port,
-            "env": dict(self.env),
-            "prev": self.previous_rank,
-        }
-
-    @classmethod
-    def from_json(cls, data: Any) -> NodeInfo:
-        """Parse the JSON form (raises :class:`RendezvousStateError` when malformed)."""
-        _require(isinstance(data, dict) and isinstance(data.get("id"), str), "node record", data)
-        try:
-            return cls(
-                node_id=data["id"],
-                host=str(data["host"]),
-                addr=str(data["addr"]),
-                local_world_size=int(data["lws"]),
-                labels={str(k): str(v) for k, v in data["labels"].items()},
-                master_port=None if data.get("port") is None else int(data["port"]),
-                env={str(k): str(v) for k, v in (data.get("env") or {}).items()},
-                previous_rank=None if data.get("prev") is None else int(data["prev"]),
-            )
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise RendezvousStateError(f"malformed rendezvous node record: {data!r} ({exc})") from exc
-
-
-@dataclass(frozen=True)
-class JoinRecord:
-    """A node's record in one round (``join/<r>/<node>``).
-
-    Attributes:
-        node: the node's description.
-        incarnation: random id of the process incarnation (a node restarted with the same
-            ``node_id`` gets a new one).
-        ticket: arrival order (a job-wide atomic counter).
-        prev_rank: the node's group rank in the round it last completed, to keep ranks stable.
-    """
-
-    node: NodeInfo
-    incarnation: str
-    ticket: int
-    prev_rank: int | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        """JSON form."""
-        return {"node": self.node.to_json(), "inc": self.incarnation, "ticket": self.ticket, "prev": self.prev_rank}
-
-    @classmethod
-    def from_json(cls, data: Any) -> JoinRecord:
-        """Parse the JSON form."""
-        _require(isinstance(data, dict) and "node" in data and isinstance(data.get("inc"), str), "join record", data)
-        try:
-            return cls(
-                NodeInfo.from_json(data["node"]),
-                data["inc"],
-                int(data["ticket"]),
-                None if data.get("prev") is None else int(data["prev"]),
-            )
-        except (KeyError, TypeError, ValueError) as exc:
-            raise RendezvousStateError(f"malformed rendezvous join record: {data!r} ({exc})") from exc
-
-    def order(self) -> tuple[int, int, int, str]:
-        """Sort key: previous members first in their previous order, then arrival order."""
-        prev = -1 if self.prev_rank is None else self.prev_rank
-        return (0 if self.prev_rank is not None else 1, prev, self.ticket, self.node.node_id)
-
-
-@dataclass(frozen=True)
-class Member:
-    """A participant of a completed round: node id and incarnation."""
-
-    node_id: str
-    incarnation: str
-
-
-@dataclass(frozen=True)
-class Header:
-    """The small round header (``round/header``).
-
-    Attributes:
-        round: the round number, starting at 0.
-        complete: whether the round's membership is fixed.
-        participants: the members in group-rank order (only when complete).
-        closed: the job is over.
-        reason: why this round was opened (for logs and ``rallypoint status``).
-    """
-
-    round: int = 0
-    complete: bool = False
-    participants: tuple[Member, ...] = ()
-    closed: bool = False
-    reason: str = ""
-
-    def to_json(self) -> dict[str, Any]:
-        """JSON form."""
-        return {
-            "format": FORMAT,
-            "round": self.round,
-            "complete": self.complete,
-            "participants": [[m.node_id, m.incarnation] for m in self.participants],
-            "closed": self.closed,
-            "reason": self.reason,
-        }
-
-    @classmethod
-    def from_json(cls, data: Any) -> Header:
-        """Parse the JSON form (raises :class:`RendezvousStateError` when malformed or foreign)."""
-        _require(isinstance(data, dict) and data.get("format") == FORMAT, "round header", data)
-        try:
-            return cls(
-                round=int(data["round"]),
-                complete=bool(data["complete"]),
-                participants=tuple(Member(str(a), str(b)) for a, b in data["participants"]),
-                closed=bool(data["closed"]),
-                reason=str(data.get("reason", "")),
-            )
-        except (KeyError, TypeError, ValueError) as exc:
-            raise RendezvousStateError(f"malformed rendezvous round header: {data!r} ({exc})") from exc
-
-    def member_ids(self) -> list[str]:
-        """Participant node ids in rank order."""
-        return [m.node_id for m in self.participants]
-
-    def rank_of(self, node_id: str, incarnation: str) -> int | None:
-        """The group rank of that node incarnation, or ``None``."""
-        for rank, m in enumerate(self.participants):
-            if m.node_id == node_id and m.incarnation == incarnation:
-                return rank
-        return None
-
-
-@dataclass(frozen=True)
-class Settings:
-    """Size limits and timeouts of the rendezvous."""
-
-    min_nodes: int
-    max_nodes: int
-    timeouts: RendezvousTimeouts = field(default_factory=RendezvousTimeouts)
-    run_id: str = ""
-
-    def __post_init__(self) -> None:
-        if self.min_nodes < 1 or self.max_nodes < self.min_nodes:
-            raise ValueError(f"need 1 <= min_nodes <= max_nodes, got min={self.min_nodes} max={self.max_nodes}")
-
-
-@dataclass(frozen=True)
-class View:
-    """What a node read from the backend for one step.
-
-    Attributes:
-        header: the round header (``Header()`` when none exists yet).
-        header_version: its version, ``None`` when absent.
-        count: the join counter of ``header.round`` (a hint; records are authoritative).
-        joins: the join records of ``header.round`` when read (see :class:`NeedJoins`).
-        heartbeats: heartbeat values of the requested nodes (``None`` for absent records).
-    """
-
-    header: Header
-    header_version: Version | None
-    count: int = 0
-    joins: Mapping[str, JoinRecord] | None = None
-    heartbeats: Mapping[str, Any] | None = None
-
-
-# -- actions --------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class WriteJoin:
-    """Write this node's join record for ``round`` (and count it if it is new)."""
-
-    round: int
-    record: JoinRecord
-
-
-@dataclass(frozen=True)
-class CasHeader:
-    """Compare-and-set the header from ``expected`` to ``header``; on failure, read again."""
-
-    expected: Version | None
-    header: Header
-
-
-@dataclass(frozen=True)
-class RemoveJoins:
-    """Delete the join records of dead nodes from ``round`` (and uncount them)."""
-
-    round: int
-    node_ids: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class NeedJoins:
-    """Read the join records of the header's round and step again."""
-
-
-@dataclass(frozen=True)
-class NeedHeartbeats:
-    """Read the heartbeat records of ``node_ids`` and step again."""
-
-    node_ids: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class Wait:
-    """Nothing to do until the round header changes or ``until`` (the caller's clock) passes.
-
-    The caller watches :data:`HEADER_KEY` from the version in the :class:`View` it stepped
-    with (so a change made after that read wakes it at once) and steps again on a change or at
-    ``until``. Joins of other nodes need not wake a waiter: the joiner that brings the count to
-    ``min`` or ``max`` sees it itself (see the module docstring), and ``until`` is never later
-    than the next periodic check, which reads the records.
-    """
-
-    until: float
-
-
-@dataclass(frozen=True)
-class Finished:
-    """The node is a member of the completed round ``header.round`` with group ``rank``."""
-
-    header: Header
-    rank: int
-
-
-@dataclass(frozen=True)
-class Closed:
-    """The rendezvous is closed."""
-
-
-@dataclass(frozen=True)
-class TimedOut:
-    """The join timeout expired."""
-
-    info: TimeoutInfo
-
-
-Action = WriteJoin | CasHeader | RemoveJoins | NeedJoins | NeedHeartbeats | Wait | Finished | Closed | TimedOut
-
-
-# -- liveness -------------------------------------------------------------------------------
-
-
-class LivenessTracker:
-    """Decides which peers are dead from observations of their heartbeat records.
-
-    A peer is dead when its heartbeat value has not changed for ``timeout`` seconds of the
-    observer's own clock, counted from the first time the observer saw that value. The value's
-    content (a counter, an incarnation) is never interpreted as a time.
-    """
-
-    def __init__(self, timeout: float) -> None:
-        self.timeout = timeout
-        self._seen: dict[str, tuple[Any, float]] = {}
-
-    def observe(self, node_id: str, value: Any, now: float) -> None:
-        """Record that ``node_id``'s heartbeat value is ``value`` at ``now``."""
-        last = self._seen.get(node_id)
-        if last is None or last[0] != value:
-            self._seen[node_id] = (value, now)
-
-    def is_dead(self, node_id: str, now: float) -> bool:
-        """Whether ``node_id`` has been seen unchanged for the timeout (never observed: alive)."""
-        last = self._seen.get(node_id)
-        return last is not None and now - last[1] >= self.timeout
-
-    def forget(self, node_id: str) -> None:
-        """Drop what is known about ``node_id``."""
-        self._seen.pop(node_id, None)
-
-
-def ring_successors(ids: Sequence[str], me: str, k: int = 2) -> tuple[str, ...]:
-    """The (up to) ``k`` nodes after ``me`` in the ring ``ids``; each node watches those."""
-    if me not in ids or len(ids) < 2:
-        return tuple(i for i in ids[:k] if i != me) if me not in ids else ()
-    pos = ids.index(me)
-    out: list[str] = []
-    for step in range(1, min(k, len(ids) - 1) + 1):
-        out.append(ids[(pos + step) % len(ids)])
-    return tuple(out)
-
-
-def nodes_waiting(last_round: int, header: Header, count_next: int, max_nodes: int) -> int:
-    """How many nodes wait for a new round, as seen by a member of ``last_round``.
-
-    Args:
-        last_round: the round this node completed.
-        header: the current header.
-        count_next: the join counter of round ``header.round + 1`` when ``header.round ==
-            last_round``, else of ``header.round``.
-        max_nodes: the job's maximum.
-
-    Returns:
-        0 while the round runs and nobody waits (or the round is full, so waiting nodes are
-        spares); otherwise at least 1: the agent should stop its workers and re-rendezvous.
-    """
-    if header.closed:
-        return 0
-    if header.round > last_round:
-        return max(1, count_next)
-    if header.complete and len(header.participants) < max_nodes:
-        return max(0, count_next)
-    return 0
 
 
 def _no_heartbeat(dead: Sequence[str]) -> str:

@@ -1,0 +1,229 @@
+"""The layout of the rendezvous key-value space: its keys and the JSON records stored there.
+
+Every value is JSON (never pickled) and carries only what the protocol in
+:mod:`rallypoint.rendezvous.state` needs:
+
+* ``round/header``: the small round header (:class:`Header`), compare-and-set by the nodes;
+* ``round/count/<r>``: the join counter of round ``r`` (a hint; the records are authoritative);
+* ``join/<r>/<node>``: a node's :class:`JoinRecord` for round ``r`` (its :class:`NodeInfo`);
+* ``hb/<node>``: a node's heartbeat record, rewritten every ``heartbeat_interval``;
+* ``ticket``: the job-wide arrival counter.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from rallypoint.rendezvous.errors import RendezvousStateError
+
+__all__ = [
+    "FORMAT",
+    "HEADER_KEY",
+    "ROUND_PREFIX",
+    "TICKET_KEY",
+    "Header",
+    "JoinRecord",
+    "Member",
+    "NodeInfo",
+    "count_key",
+    "heartbeat_key",
+    "join_key",
+    "join_prefix",
+]
+
+FORMAT = 1
+HEADER_KEY = "round/header"
+ROUND_PREFIX = "round/"
+TICKET_KEY = "ticket"
+
+
+def count_key(round_: int) -> str:
+    """Key of the join counter of ``round_``."""
+    return f"round/count/{round_}"
+
+
+def join_prefix(round_: int) -> str:
+    """Prefix of the join records of ``round_``."""
+    return f"join/{round_}/"
+
+
+def join_key(round_: int, node_id: str) -> str:
+    """Key of ``node_id``'s join record in ``round_``."""
+    return f"join/{round_}/{node_id}"
+
+
+def heartbeat_key(node_id: str) -> str:
+    """Key of ``node_id``'s heartbeat record."""
+    return f"hb/{node_id}"
+
+
+def _require(cond: bool, what: str, data: Any) -> None:
+    if not cond:
+        raise RendezvousStateError(f"malformed rendezvous {what}: {data!r}")
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    """What a node tells the others about itself.
+
+    Attributes:
+        node_id: identity, unique in the job and stable across restarts of the same node
+            (``[A-Za-z0-9._~:@+=,-]``).
+        host: host name.
+        addr: address other nodes and workers can reach this node at.
+        local_world_size: number of workers this node runs.
+        labels: free-form string labels (rack, zone, GPU model...), used by rank strategies.
+        master_port: a port this node offers for the workers' store (used when it becomes
+            group rank 0); ``None`` lets the handler pick one.
+        env: environment facts the node shares with the others, e.g. the ranks a scheduler
+            gave it (``SLURM_PROCID``...), so that every agent's rank strategy sees them.
+        previous_rank: the lowest global rank this node's workers had in the last round it ran,
+            or ``None``; rank strategies use it to keep ranks stable across rounds.
+    """
+
+    node_id: str
+    host: str
+    addr: str
+    local_world_size: int = 1
+    labels: Mapping[str, str] = field(default_factory=dict)
+    master_port: int | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
+    previous_rank: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON form."""
+        return {
+            "id": self.node_id,
+            "host": self.host,
+            "addr": self.addr,
+            "lws": self.local_world_size,
+            "labels": dict(self.labels),
+            "port": self.master_port,
+            "env": dict(self.env),
+            "prev": self.previous_rank,
+        }
+
+    @classmethod
+    def from_json(cls, data: Any) -> NodeInfo:
+        """Parse the JSON form (raises :class:`RendezvousStateError` when malformed)."""
+        _require(isinstance(data, dict) and isinstance(data.get("id"), str), "node record", data)
+        try:
+            return cls(
+                node_id=data["id"],
+                host=str(data["host"]),
+                addr=str(data["addr"]),
+                local_world_size=int(data["lws"]),
+                labels={str(k): str(v) for k, v in data["labels"].items()},
+                master_port=None if data.get("port") is None else int(data["port"]),
+                env={str(k): str(v) for k, v in (data.get("env") or {}).items()},
+                previous_rank=None if data.get("prev") is None else int(data["prev"]),
+            )
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise RendezvousStateError(f"malformed rendezvous node record: {data!r} ({exc})") from exc
+
+
+@dataclass(frozen=True)
+class JoinRecord:
+    """A node's record in one round (``join/<r>/<node>``).
+
+    Attributes:
+        node: the node's description.
+        incarnation: random id of the process incarnation (a node restarted with the same
+            ``node_id`` gets a new one).
+        ticket: arrival order (a job-wide atomic counter).
+        prev_rank: the node's group rank in the round it last completed, to keep ranks stable.
+    """
+
+    node: NodeInfo
+    incarnation: str
+    ticket: int
+    prev_rank: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON form."""
+        return {"node": self.node.to_json(), "inc": self.incarnation, "ticket": self.ticket, "prev": self.prev_rank}
+
+    @classmethod
+    def from_json(cls, data: Any) -> JoinRecord:
+        """Parse the JSON form."""
+        _require(isinstance(data, dict) and "node" in data and isinstance(data.get("inc"), str), "join record", data)
+        try:
+            return cls(
+                NodeInfo.from_json(data["node"]),
+                data["inc"],
+                int(data["ticket"]),
+                None if data.get("prev") is None else int(data["prev"]),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise RendezvousStateError(f"malformed rendezvous join record: {data!r} ({exc})") from exc
+
+    def order(self) -> tuple[int, int, int, str]:
+        """Sort key: previous members first in their previous order, then arrival order."""
+        prev = -1 if self.prev_rank is None else self.prev_rank
+        return (0 if self.prev_rank is not None else 1, prev, self.ticket, self.node.node_id)
+
+
+@dataclass(frozen=True)
+class Member:
+    """A participant of a completed round: node id and incarnation."""
+
+    node_id: str
+    incarnation: str
+
+
+@dataclass(frozen=True)
+class Header:
+    """The small round header (``round/header``).
+
+    Attributes:
+        round: the round number, starting at 0.
+        complete: whether the round's membership is fixed.
+        participants: the members in group-rank order (only when complete).
+        closed: the job is over.
+        reason: why this round was opened (for logs and ``rallypoint status``).
+    """
+
+    round: int = 0
+    complete: bool = False
+    participants: tuple[Member, ...] = ()
+    closed: bool = False
+    reason: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON form."""
+        return {
+            "format": FORMAT,
+            "round": self.round,
+            "complete": self.complete,
+            "participants": [[m.node_id, m.incarnation] for m in self.participants],
+            "closed": self.closed,
+            "reason": self.reason,
+        }
+
+    @classmethod
+    def from_json(cls, data: Any) -> Header:
+        """Parse the JSON form (raises :class:`RendezvousStateError` when malformed or foreign)."""
+        _require(isinstance(data, dict) and data.get("format") == FORMAT, "round header", data)
+        try:
+            return cls(
+                round=int(data["round"]),
+                complete=bool(data["complete"]),
+                participants=tuple(Member(str(a), str(b)) for a, b in data["participants"]),
+                closed=bool(data["closed"]),
+                reason=str(data.get("reason", "")),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise RendezvousStateError(f"malformed rendezvous round header: {data!r} ({exc})") from exc
+
+    def member_ids(self) -> list[str]:
+        """Participant node ids in rank order."""
+        return [m.node_id for m in self.participants]
+
+    def rank_of(self, node_id: str, incarnation: str) -> int | None:
+        """The group rank of that node incarnation, or ``None``."""
+        for rank, m in enumerate(self.participants):
+            if m.node_id == node_id and m.incarnation == incarnation:
+                return rank
+        return None

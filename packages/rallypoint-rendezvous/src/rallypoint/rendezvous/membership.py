@@ -1,0 +1,76 @@
+"""Who is alive and who waits: liveness from heartbeat observations, the watch ring, the wait list.
+
+Liveness never compares two hosts' clocks: a peer is dead when its heartbeat record has not
+changed for ``heartbeat_timeout`` of the observer's own monotonic time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from rallypoint.rendezvous.keyspace import Header
+
+__all__ = ["LivenessTracker", "nodes_waiting", "ring_successors"]
+
+
+class LivenessTracker:
+    """Decides which peers are dead from observations of their heartbeat records.
+
+    A peer is dead when its heartbeat value has not changed for ``timeout`` seconds of the
+    observer's own clock, counted from the first time the observer saw that value. The value's
+    content (a counter, an incarnation) is never interpreted as a time.
+    """
+
+    def __init__(self, timeout: float) -> None:
+        self.timeout = timeout
+        self._seen: dict[str, tuple[Any, float]] = {}
+
+    def observe(self, node_id: str, value: Any, now: float) -> None:
+        """Record that ``node_id``'s heartbeat value is ``value`` at ``now``."""
+        last = self._seen.get(node_id)
+        if last is None or last[0] != value:
+            self._seen[node_id] = (value, now)
+
+    def is_dead(self, node_id: str, now: float) -> bool:
+        """Whether ``node_id`` has been seen unchanged for the timeout (never observed: alive)."""
+        last = self._seen.get(node_id)
+        return last is not None and now - last[1] >= self.timeout
+
+    def forget(self, node_id: str) -> None:
+        """Drop what is known about ``node_id``."""
+        self._seen.pop(node_id, None)
+
+
+def ring_successors(ids: Sequence[str], me: str, k: int = 2) -> tuple[str, ...]:
+    """The (up to) ``k`` nodes after ``me`` in the ring ``ids``; each node watches those."""
+    if me not in ids or len(ids) < 2:
+        return tuple(i for i in ids[:k] if i != me) if me not in ids else ()
+    pos = ids.index(me)
+    out: list[str] = []
+    for step in range(1, min(k, len(ids) - 1) + 1):
+        out.append(ids[(pos + step) % len(ids)])
+    return tuple(out)
+
+
+def nodes_waiting(last_round: int, header: Header, count_next: int, max_nodes: int) -> int:
+    """How many nodes wait for a new round, as seen by a member of ``last_round``.
+
+    Args:
+        last_round: the round this node completed.
+        header: the current header.
+        count_next: the join counter of round ``header.round + 1`` when ``header.round ==
+            last_round``, else of ``header.round``.
+        max_nodes: the job's maximum.
+
+    Returns:
+        0 while the round runs and nobody waits (or the round is full, so waiting nodes are
+        spares); otherwise at least 1: the agent should stop its workers and re-rendezvous.
+    """
+    if header.closed:
+        return 0
+    if header.round > last_round:
+        return max(1, count_next)
+    if header.complete and len(header.participants) < max_nodes:
+        return max(0, count_next)
+    return 0
