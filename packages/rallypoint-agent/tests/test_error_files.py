@@ -85,14 +85,16 @@ def test_system_exit_zero_is_not_an_error(tmp_path):
     code = "from rallypoint.agent.error_files import record\n@record\ndef main():\n    raise SystemExit(0)\nmain()\n"
     assert run_script(code, error_file).returncode == 0
     assert not error_file.exists()
-    code = "import sys\nfrom rallypoint.agent.error_files import record\n@record()\ndef main():\n    sys.exit()\nmain()\n"
+    code = "import sys\nfrom rallypoint.agent.error_files import record\n"
+    code += "@record()\ndef main():\n    sys.exit()\nmain()\n"
     assert run_script(code, error_file).returncode == 0
     assert not error_file.exists()
 
 
 def test_nonzero_system_exit_is_recorded_and_keeps_its_code(tmp_path):
     error_file = tmp_path / "error.json"
-    code = "import sys\nfrom rallypoint.agent.error_files import record\n@record\ndef main():\n    sys.exit(3)\nmain()\n"
+    code = "import sys\nfrom rallypoint.agent.error_files import record\n"
+    code += "@record\ndef main():\n    sys.exit(3)\nmain()\n"
     assert run_script(code, error_file).returncode == 3
     err = read_error_file(error_file)
     assert err is not None
