@@ -181,7 +181,7 @@ rnd = int(os.environ["RALLYPOINT_ROUND"])
 with open(os.path.join(out, f"r{rnd}.{os.environ['NODE_TAG']}"), "w") as f:
     f.write(os.environ["RANK"])
 if rnd == 0:
-    time.sleep(60)  # until the late node arrives
+    time.sleep(600)  # until the late node arrives
 """
 
 

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import fcntl
 import io
 import os
 import sys
+import termios
 import textwrap
 import threading
 import time
+from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -37,12 +41,28 @@ class Console(io.StringIO):
             return self.getvalue()
 
 
-def run(specs, logs: WorkerLogs, timeout: float = 20.0):
+def wait_until(predicate: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting until {what}"
+        time.sleep(0.005)
+
+
+def unread(fd: int) -> int:
+    """Bytes waiting in a pipe that its reader has not taken yet."""
+    return int.from_bytes(fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"), sys.byteorder)
+
+
+def file_is(path: Path, content: bytes) -> Callable[[], bool]:
+    return lambda: path.exists() and path.read_bytes() == content
+
+
+def run(specs, logs: WorkerLogs, timeout: float = 60.0):
     group = WorkerGroup(logs=logs)
     group.start(specs)
     exits = group.wait(timeout=timeout)
     assert exits is not None
-    assert logs.wait_drained(timeout=5)
+    assert logs.wait_drained(timeout=30)
     group.stop(grace=1)
     return exits
 
@@ -123,15 +143,13 @@ def test_lines_arrive_promptly_while_the_worker_runs(tmp_path):
     group.start([WorkerSpec(0, py("import time; print('started'); time.sleep(60)"))])
     try:
         path = tmp_path / "attempt_0" / "rank_0.log"
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and not (path.exists() and path.read_text() == "started\n"):
-            time.sleep(0.01)
-        assert path.read_text() == "started\n"
-        assert "[h:0] started\n" in out.text()
+        # the line arrives while the worker still runs (it sleeps 60 s): no wait for its exit
+        wait_until(file_is(path, b"started\n"), "the line is in the log file")
+        wait_until(lambda: "[h:0] started\n" in out.text(), "the line is on the console")
         assert group.running() == [0]
     finally:
         group.stop(grace=0)
-    assert logs.close(timeout=5)
+    assert logs.close(timeout=30)
 
 
 def test_partial_lines_of_the_two_streams_do_not_mix(tmp_path):
@@ -139,14 +157,15 @@ def test_partial_lines_of_the_two_streams_do_not_mix(tmp_path):
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
     logs.attach(0, out_r, err_r)
+    log = tmp_path / "attempt_0" / "rank_0.log"
     os.write(out_w, b"partial")
-    time.sleep(0.05)
+    wait_until(lambda: unread(out_r) == 0, "the stdout reader took the partial line")
     os.write(err_w, b"whole\n")
-    time.sleep(0.05)
+    wait_until(file_is(log, b"whole\n"), "the stderr line is in the file")
     os.write(out_w, b" continued\n")
     os.close(out_w)
     os.close(err_w)
-    assert logs.close(timeout=5)
+    assert logs.close(timeout=30)
     # a partial line is held until its newline, so the stdout line arrives whole
     assert (tmp_path / "attempt_0" / "rank_0.log").read_bytes() == b"whole\npartial continued\n"
 
@@ -156,12 +175,13 @@ def test_partial_last_line_gets_a_newline_before_the_other_stream(tmp_path):
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
     logs.attach(0, out_r, err_r)
+    log = tmp_path / "attempt_0" / "rank_0.log"
     os.write(out_w, b"last words")
     os.close(out_w)  # end-of-file flushes the partial line
-    time.sleep(0.1)
+    wait_until(file_is(log, b"last words"), "end-of-file flushed the partial line")
     os.write(err_w, b"after\n")
     os.close(err_w)
-    assert logs.close(timeout=5)
+    assert logs.close(timeout=30)
     assert (tmp_path / "attempt_0" / "rank_0.log").read_bytes() == b"last words\nafter\n"
 
 
@@ -180,7 +200,7 @@ def test_attach_twice_is_refused(tmp_path):
     os.close(w)
     with pytest.raises(ValueError, match="rank 0 is already attached"):
         logs.attach(0, None, None)
-    assert logs.close(timeout=5)
+    assert logs.close(timeout=30)
 
 
 def test_parse_tee_and_tee_selects():
