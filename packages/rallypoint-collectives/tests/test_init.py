@@ -150,3 +150,25 @@ def test_init_without_rank_says_what_to_set() -> None:
 
     with pytest.raises(ConfigError, match="RANK"):
         rc.init("gloo", environ={})
+
+
+class StreamPlugin:
+    @hookimpl
+    def rallypoint_collective_backends(self) -> list[CollectiveBackendRecord]:
+        return [CollectiveBackendRecord(name="streamy", torch_backend="streamy", device="cuda", stream_ordered=True)]
+
+
+def test_a_groups_kind_comes_from_its_backend_record() -> None:
+    from rallypoint.collectives import state
+    from rallypoint.collectives.selection import backends_by_torch_name
+
+    state.use_backends(backends_by_torch_name(get_plugin_manager(plugins={"streamy": StreamPlugin()})))
+    try:
+        assert state.is_stream_ordered("nccl")
+        assert not state.is_stream_ordered("gloo")
+        assert state.is_stream_ordered("cpu:gloo,cuda:nccl")  # one backend per device
+        assert state.is_stream_ordered("streamy")  # a third party's, by its record, not its name
+        assert not state.is_stream_ordered("mpi")  # unregistered: timed as a blocking backend
+        assert [r.name for r in state.backend_records("cpu:gloo,cuda:streamy")] == ["gloo", "streamy"]
+    finally:
+        state.use_backends(backends_by_torch_name(get_plugin_manager()))

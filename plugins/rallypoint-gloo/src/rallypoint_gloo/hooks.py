@@ -16,6 +16,7 @@ def rallypoint_collective_backends() -> list[CollectiveBackendRecord]:
             summary="Gloo: CPU collectives over TCP (torch built-in)",
             torch_backend="gloo",
             device="cpu",
+            stream_ordered=False,  # the CPU waits for Gloo's work: the facade times each call
             availability="rallypoint_gloo.availability:check",
             priority=10,
             requires=(Requirement(module="torch", install="torch"),),

@@ -16,6 +16,7 @@ def rallypoint_collective_backends() -> list[CollectiveBackendRecord]:
             summary="NCCL: GPU collectives (CUDA builds of torch)",
             torch_backend="nccl",
             device="cuda",
+            stream_ordered=True,  # work is queued on CUDA streams; NCCL's watchdog enforces timeouts
             availability="rallypoint_nccl.availability:check",
             priority=20,
             default_timeout=600.0,

@@ -3,15 +3,18 @@
 The agent (``rallypoint run``) sets, for every worker, what ``torchrun`` sets (``RANK``,
 ``LOCAL_RANK``, ``WORLD_SIZE``, ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``, ...) and
 ``RALLYPOINT_COLLECTIVES_BACKEND`` / ``RALLYPOINT_COLLECTIVES_TIMEOUT``, whose names follow the
-config override scheme ``RALLYPOINT_<SECTION>_<KEY>``. Anyone else may set them too (a
+config override scheme ``RALLYPOINT_<SECTION>_<KEY>``, and ``RALLYPOINT_COLLECTIVES_OPTIONS``, the
+job's ``[collectives.options]`` table as a JSON object. Anyone else may set them too (a
 scheduler, ``torchrun``, a test). Importing this module does not import torch.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from rallypoint.core.errors import ConfigError, ConfigIssue
 
@@ -19,13 +22,16 @@ __all__ = [
     "BACKEND_ENV",
     "DEFAULT_BACKEND",
     "DEFAULT_TIMEOUT",
+    "OPTIONS_ENV",
     "TIMEOUT_ENV",
     "WorkerEnv",
+    "parse_options",
     "parse_timeout",
 ]
 
 BACKEND_ENV = "RALLYPOINT_COLLECTIVES_BACKEND"
 TIMEOUT_ENV = "RALLYPOINT_COLLECTIVES_TIMEOUT"
+OPTIONS_ENV = "RALLYPOINT_COLLECTIVES_OPTIONS"
 #: ``[collectives] backend`` when nothing sets it.
 DEFAULT_BACKEND = "auto"
 #: ``[collectives] timeout`` (seconds) when nothing sets it.
@@ -47,6 +53,28 @@ def parse_timeout(value: object, *, where: str) -> float:
     if seconds <= 0:
         raise ConfigError([ConfigIssue(where, "collectives.timeout", f"must be positive, got {value!r}")])
     return seconds
+
+
+def parse_options(raw: str | None) -> dict[str, Any]:
+    """The ``[collectives.options]`` table from ``RALLYPOINT_COLLECTIVES_OPTIONS`` (a JSON object).
+
+    Unset or blank means no options (``{}``).
+
+    Raises:
+        ConfigError: not valid JSON, or not a JSON object; the message names the variable.
+    """
+    if raw is None or not raw.strip():
+        return {}
+    where = f"{OPTIONS_ENV} (environment)"
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        message = f"is not valid JSON ({exc.msg} at character {exc.pos}): write a JSON object such as '{{\"k\": 1}}'"
+        raise ConfigError([ConfigIssue(where, "collectives.options", message)]) from None
+    if not isinstance(value, dict):
+        message = f"must be a JSON object (the [collectives.options] table), got {type(value).__name__} {raw.strip()!r}"
+        raise ConfigError([ConfigIssue(where, "collectives.options", message)])
+    return value
 
 
 def _int(environ: Mapping[str, str], name: str) -> int | None:
@@ -72,6 +100,8 @@ class WorkerEnv:
         master_port: ``MASTER_PORT``.
         backend: ``RALLYPOINT_COLLECTIVES_BACKEND``, or ``None`` when unset.
         timeout: ``RALLYPOINT_COLLECTIVES_TIMEOUT`` in seconds, or ``None`` when unset.
+        options: ``RALLYPOINT_COLLECTIVES_OPTIONS`` parsed (``{}`` when unset); ``init()``
+            validates it against the selected backend's ``options_model``.
     """
 
     rank: int | None
@@ -82,6 +112,7 @@ class WorkerEnv:
     master_port: int | None
     backend: str | None
     timeout: float | None
+    options: dict[str, Any] = field(default_factory=dict, hash=False)
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str] | None = None) -> WorkerEnv:
@@ -105,4 +136,5 @@ class WorkerEnv:
             master_port=_int(env, "MASTER_PORT"),
             backend=backend.strip() if backend and backend.strip() else None,
             timeout=timeout,
+            options=parse_options(env.get(OPTIONS_ENV)),
         )

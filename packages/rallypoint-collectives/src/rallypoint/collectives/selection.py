@@ -16,8 +16,9 @@ from rallypoint.core.records import normalize_name
 
 if TYPE_CHECKING:
     from rallypoint.core.plugins import RallypointPluginManager
+    from rallypoint.core.registry import Registry
 
-__all__ = ["Selection", "select_backend"]
+__all__ = ["Selection", "backends_by_torch_name", "select_backend"]
 
 log = logging.getLogger("rallypoint.collectives")
 
@@ -61,14 +62,7 @@ def select_backend(
         BackendUnavailableError: the backend is installed but cannot run here, with the reason
             (e.g. NCCL without CUDA); also for ``auto`` when nothing can run.
     """
-    from rallypoint.core.registry import COLLECTIVE_BACKENDS
-
-    if plugin_manager is None:
-        from rallypoint.core.plugins import get_plugin_manager
-
-        plugin_manager = get_plugin_manager()
-    registry = plugin_manager.registry(COLLECTIVE_BACKENDS)
-    label = COLLECTIVE_BACKENDS.label
+    registry, label = _registry(plugin_manager)
     if normalize_name(name) == "auto":
         notes: list[str] = []
         ordered = sorted(registry, key=lambda r: -r.priority)
@@ -91,6 +85,32 @@ def select_backend(
         others = [r.name for r in sorted(registry, key=lambda r: -r.priority) if r is not record and _usable(r)]
         raise BackendUnavailableError(record.name, availability.reason, where=where, alternatives=others)
     return Selection(record, record.name, f"{record.name} as configured: {availability.reason}")
+
+
+def backends_by_torch_name(
+    plugin_manager: RallypointPluginManager | None = None,
+) -> dict[str, CollectiveBackendRecord]:
+    """Every registered backend, keyed by the lower-case name torch knows it by.
+
+    The facade reads a process group's kind (``stream_ordered``, ``device``) from here, since
+    torch reports a group's backend by its torch name (``torch.distributed.get_backend``). When
+    two records share a torch name, the one with the highest priority wins.
+    """
+    registry, _ = _registry(plugin_manager)
+    found: dict[str, CollectiveBackendRecord] = {}
+    for record in sorted(registry, key=lambda r: r.priority):
+        found[record.torch_name.lower()] = record
+    return found
+
+
+def _registry(plugin_manager: RallypointPluginManager | None) -> tuple[Registry[CollectiveBackendRecord], str]:
+    from rallypoint.core.registry import COLLECTIVE_BACKENDS
+
+    if plugin_manager is None:
+        from rallypoint.core.plugins import get_plugin_manager
+
+        plugin_manager = get_plugin_manager()
+    return plugin_manager.registry(COLLECTIVE_BACKENDS), COLLECTIVE_BACKENDS.label
 
 
 def _check(record: CollectiveBackendRecord) -> Availability:

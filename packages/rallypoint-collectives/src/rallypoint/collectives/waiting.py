@@ -1,0 +1,325 @@
+"""The waiting and timeout engine behind every facade call.
+
+How a call is timed (see ``docs/collectives.md``):
+
+* **Blocking backends (Gloo)**: the call is issued asynchronously and waited for with
+  ``Work.wait(timeout)``, which is what torch's synchronous path does anyway minus the timeout.
+  A call that outlasts a short probe (:data:`~rallypoint.collectives.state.PROBE`) announces its
+  arrival on the job's store (one key per rank and call); a call that outlasts its timeout reads
+  those announcements and raises :class:`CollectiveTimeout` naming the ranks that never announced.
+* **Stream-ordered backends (NCCL)**: without an explicit ``timeout=`` the call is exactly
+  torch's (the CPU does not wait; torch's NCCL watchdog enforces the process group's timeout,
+  which ``init()`` sets to the job default). With ``timeout=`` the CPU polls the work until it
+  completes or the timeout passes, announcing and diagnosing the same way.
+
+Which kind a group is comes from its backend record's ``stream_ordered`` field. Every collective
+wrapper goes through :func:`run_collective`, the one shared fast path. Importing this module
+imports torch.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from datetime import timedelta
+from typing import Any
+
+import torch.distributed as _dist
+
+from rallypoint.collectives.errors import CollectiveTimeout, format_ranks
+from rallypoint.collectives.state import GROUPS, PROBE, STATE, GroupInfo, group_info
+
+__all__ = ["Work", "complete", "run_collective"]
+
+log = logging.getLogger("rallypoint.collectives")
+
+_KEY_PREFIX = "rallypoint/collectives"
+
+
+def _is_timeout(exc: BaseException) -> bool:
+    return "timed out" in str(exc).lower()
+
+
+def run_collective(
+    op: str,
+    call: Callable[..., Any],
+    args: tuple[Any, ...],
+    group: _dist.ProcessGroup | None,
+    async_op: bool,
+    timeout: float | None,
+    result: Any,
+) -> Any:
+    """Run torch's collective ``call(*args, group, async_op)`` the facade's way.
+
+    The one path every collective wrapper shares. A synchronous call without ``timeout=`` (the
+    common case) costs one dictionary lookup and, on a blocking backend, torch's asynchronous
+    issue plus one ``wait(probe)``; on a stream-ordered backend it is torch's synchronous call
+    itself. Anything else (``async_op=True``, an explicit ``timeout=``) is issued asynchronously
+    and handed back as a :class:`Work` or completed by :func:`complete`.
+
+    Args:
+        op: the operation's name, for errors (``"all_reduce"``).
+        call: the ``torch.distributed`` function; its last two positional parameters must be
+            ``group`` and ``async_op``.
+        args: the positional arguments before ``group``.
+        group: the process group (``None``: the default group).
+        async_op: hand back a :class:`Work` instead of waiting.
+        timeout: seconds; ``None`` for the job default.
+        result: what the synchronous call returns (the output tensor or tensors).
+    """
+    info = GROUPS.get(group) or group_info(group)
+    if timeout is None and not async_op:
+        if info.stream_ordered:
+            call(*args, group)
+            info.seq += 1
+            return result
+        work = call(*args, group, True)
+        info.seq += 1
+        if work is not None:
+            try:
+                work.wait(STATE.probe_td)
+                return result
+            except RuntimeError as exc:
+                if not _is_timeout(exc):
+                    raise
+            _slow_wait(work, op, info, info.seq, STATE.default, STATE.probe)
+        return result
+    work = call(*args, group, True)
+    info.seq += 1
+    if work is None:  # this rank is not a member of ``group``: torch did nothing
+        return result
+    if async_op:
+        return Work(work, op, info, info.seq, timeout, None, result)
+    complete(work, op, info, info.seq, timeout)
+    return result
+
+
+class Work:
+    """An asynchronous call in flight, as returned with ``async_op=True``, ``isend`` and ``irecv``.
+
+    Wraps torch's ``Work``; :meth:`wait` applies the facade's timeout rules and raises
+    :class:`CollectiveTimeout` instead of hanging.
+    """
+
+    __slots__ = ("_info", "_op", "_peer", "_result", "_seq", "_timeout", "work")
+
+    def __init__(
+        self,
+        work: _dist.Work,
+        op: str,
+        info: GroupInfo,
+        seq: int,
+        timeout: float | None,
+        peer: int | None,
+        result: Any = None,
+    ) -> None:
+        self.work = work
+        self._op = op
+        self._info = info
+        self._seq = seq
+        self._timeout = timeout
+        self._peer = peer
+        self._result = result
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until the call completes (``True``), or raise :class:`CollectiveTimeout`.
+
+        Args:
+            timeout: seconds; default: the ``timeout=`` given to the call, else the job default.
+        """
+        complete(self.work, self._op, self._info, self._seq, self._timeout if timeout is None else timeout, self._peer)
+        return True
+
+    def is_completed(self) -> bool:
+        """Whether the call has completed (never blocks)."""
+        return bool(self.work.is_completed())
+
+    def result(self) -> Any:
+        """What the synchronous call would have returned (the output tensor or tensors)."""
+        return self._result
+
+    def source_rank(self) -> int:
+        """For an ``irecv`` from any source: the global rank of the sender (after :meth:`wait`)."""
+        group_src = int(self.work._source_rank())
+        return _dist.get_global_rank(self._info.pg, group_src) if self._info.group is not None else group_src
+
+    def __repr__(self) -> str:
+        return f"<rallypoint Work {self._op} completed={self.is_completed()}>"
+
+
+def complete(
+    work: _dist.Work, op: str, info: GroupInfo, seq: int, timeout: float | None, peer: int | None = None
+) -> None:
+    """Wait for ``work`` (call ``seq`` on ``info``'s group, or point-to-point with ``peer``).
+
+    Raises:
+        CollectiveTimeout: it did not complete within ``timeout`` (default: the job's), naming
+            the ranks that did not arrive.
+    """
+    if info.stream_ordered:
+        if timeout is None:  # torch semantics: the watchdog enforces the group's timeout
+            work.wait()
+        else:
+            _poll_wait(work, op, info, seq, timeout, peer)
+        return
+    if peer is not None:  # point-to-point: the missing rank is the peer; one wait
+        seconds = STATE.default if timeout is None else timeout
+        try:
+            work.wait(STATE.td(seconds))
+        except RuntimeError as exc:
+            if not _is_timeout(exc):
+                raise
+            raise _p2p_timeout(op, info, peer, seconds) from exc
+        return
+    if timeout is None:
+        seconds, probe, probe_td = STATE.default, STATE.probe, STATE.probe_td
+    else:
+        seconds, probe = timeout, min(PROBE, timeout)
+        probe_td = timedelta(seconds=probe)
+    try:
+        work.wait(probe_td)
+        return
+    except RuntimeError as exc:
+        if not _is_timeout(exc):
+            raise
+    _slow_wait(work, op, info, seq, seconds, probe)
+
+
+def _slow_wait(work: _dist.Work, op: str, info: GroupInfo, seq: int, timeout: float, waited: float) -> None:
+    key = _announce(info, seq, op)
+    remaining = timeout - waited
+    if remaining > 0:
+        try:
+            work.wait(timedelta(seconds=remaining))
+        except RuntimeError as exc:
+            if not _is_timeout(exc):
+                raise
+        else:
+            _withdraw(key)
+            return
+    raise _diagnose(op, info, seq, timeout)
+
+
+def _poll_wait(work: _dist.Work, op: str, info: GroupInfo, seq: int, timeout: float, peer: int | None) -> None:
+    start = time.monotonic()
+    deadline = start + timeout
+    key: str | None = None
+    pause = 0.0001
+    while not work.is_completed():
+        now = time.monotonic()
+        if key is None and peer is None and now - start >= min(PROBE, timeout):
+            key = _announce(info, seq, op)
+        if now >= deadline:
+            if peer is not None:
+                raise _p2p_timeout(op, info, peer, timeout)
+            if key is None:
+                _announce(info, seq, op)
+            raise _diagnose(op, info, seq, timeout)
+        time.sleep(pause)
+        pause = min(pause * 2, 0.01)
+    work.wait()
+    if key is not None:
+        _withdraw(key)
+
+
+# ------------------------------------------------------------------------------------------------
+# Announcing arrivals on the job's store, and naming who never announced
+
+
+def _store() -> Any:
+    return _dist.distributed_c10d._get_default_store()
+
+
+def _key(info: GroupInfo, seq: int, rank: int) -> str:
+    name = _dist.distributed_c10d._get_process_group_name(info.pg)
+    return f"{_KEY_PREFIX}/{name}/{seq}/{rank}"
+
+
+def _announce(info: GroupInfo, seq: int, op: str) -> str | None:
+    """Tell the other ranks that this one reached call ``seq`` of the group (slow path only)."""
+    try:
+        key = _key(info, seq, _dist.get_rank())
+        _store().set(key, op)
+    except Exception as exc:  # noqa: BLE001 - the diagnosis degrades, the call goes on
+        log.debug("collectives: could not announce arrival: %s", exc)
+        return None
+    return key
+
+
+def _withdraw(key: str | None) -> None:
+    if key is None:
+        return
+    try:
+        _store().delete_key(key)
+    except Exception as exc:  # noqa: BLE001 - a leftover key is harmless
+        log.debug("collectives: could not delete %s: %s", key, exc)
+
+
+def _grace() -> float:
+    """How long to keep reading announcements after the timeout.
+
+    A rank that arrived just before the deadline announces at most one probe later.
+    """
+    return min(PROBE, STATE.probe) + 0.3
+
+
+def _read_arrivals(info: GroupInfo, seq: int, ranks: Sequence[int]) -> dict[int, str]:
+    """The announcements of call ``seq``: rank -> operation, read for :func:`_grace` seconds."""
+    store = _store()
+    keys = {r: _key(info, seq, r) for r in ranks}
+    seen: dict[int, str] = {}
+    deadline = time.monotonic() + _grace()
+    while True:
+        for r, k in keys.items():
+            if r not in seen and store.check([k]):
+                seen[r] = store.get(k).decode(errors="replace")
+        if len(seen) == len(ranks) or time.monotonic() >= deadline:
+            return seen
+        time.sleep(0.02)
+
+
+def _diagnose(op: str, info: GroupInfo, seq: int, timeout: float) -> CollectiveTimeout:
+    """Read the arrival announcements of call ``seq`` and name the ranks that never made one."""
+    rank = _dist.get_rank()
+    name = info.name()
+    try:
+        ranks = info.ranks()
+    except Exception:  # noqa: BLE001 - should not happen; report what we can
+        ranks = []
+    fields: dict[str, Any] = {"op": op, "group": name, "group_ranks": ranks, "rank": rank, "timeout": timeout}
+    try:
+        seen = _read_arrivals(info, seq, ranks)
+    except Exception as exc:  # noqa: BLE001 - the store itself may be gone
+        detail = f"the store could not be read to find them: {type(exc).__name__}: {exc}"
+        return CollectiveTimeout(missing=[], arrived=[rank], detail=detail, **fields)
+    missing = [r for r in ranks if r not in seen]
+    detail = f"call #{seq} on this group; arrival announced on the job's store by ranks {format_ranks(sorted(seen))}"
+    others = {r: o for r, o in seen.items() if o != op}
+    if others:
+        detail += "; ranks in a different call: " + ", ".join(f"{r} in {o}" for r, o in sorted(others.items()))
+    if not missing:
+        detail += "; every rank arrived, so the call itself is stuck (mismatched calls or a network problem)"
+    return CollectiveTimeout(missing=missing, arrived=sorted(seen), detail=detail, **fields)
+
+
+def _p2p_timeout(op: str, info: GroupInfo, peer: int, timeout: float) -> CollectiveTimeout:
+    rank = _dist.get_rank()
+    try:
+        ranks = info.ranks()
+        name = info.name()
+    except Exception:  # noqa: BLE001 - report what we can
+        ranks, name = [], "?"
+    missing = list(ranks) if peer < 0 else [peer]
+    missing = [r for r in missing if r != rank]
+    what = "any sender" if peer < 0 else f"rank {peer}"
+    return CollectiveTimeout(
+        op=op,
+        group=name,
+        group_ranks=ranks,
+        missing=missing,
+        arrived=[rank],
+        rank=rank,
+        timeout=timeout,
+        detail=f"point-to-point with {what}: the peer never posted the matching call",
+    )
