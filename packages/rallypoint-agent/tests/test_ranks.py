@@ -1,4 +1,8 @@
-"""Tests of rallypoint.agent.ranks: data model, the default strategy, validation, loading."""
+"""Tests of rallypoint.agent.ranks: data model, the default strategy, validation, loading.
+
+Node labels are tested with the rest of node identity in ``test_node.py``; the assignment
+helpers in ``test_ranks_blocks.py``.
+"""
 
 from __future__ import annotations
 
@@ -15,36 +19,33 @@ from hypothesis import strategies as st
 
 from rallypoint.agent.ranks import (
     DEFAULT_ROLE,
-    NODE_LABELS_ENV,
     DefaultStrategy,
-    NodeInfo,
-    NodeLabelsError,
     RankAssignment,
     RankAssignmentError,
+    RankNode,
     RankStrategy,
     WorkerRanks,
     check_nodes,
     compute_assignment,
     load_strategy,
-    parse_node_labels,
-    read_node_labels,
     validate_assignment,
 )
 from rallypoint.agent.records import RankStrategyRecord
+from rallypoint.core.config import Selection, load_job_config, resolve_config
 from rallypoint.core.errors import ConfigError, PluginError, RallypointError
-from rallypoint.core.plugins import get_plugin_manager
+from rallypoint.core.plugins import get_plugin_manager, hookimpl
 from rallypoint.core.registry import RANK_STRATEGIES
 
 PREFIX = "rank strategy 'bad' produced an invalid assignment: "
 
 
-def node(node_id: str, group_rank: int, lws: int, role: str = DEFAULT_ROLE, **kw: Any) -> NodeInfo:
-    return NodeInfo(
+def node(node_id: str, group_rank: int, lws: int, role: str = DEFAULT_ROLE, **kw: Any) -> RankNode:
+    return RankNode(
         node_id=node_id, group_rank=group_rank, host=f"host-{node_id}", local_world_size=lws, role=role, **kw
     )
 
 
-def two_nodes() -> list[NodeInfo]:
+def two_nodes() -> list[RankNode]:
     return [node("a", 0, 2), node("b", 1, 2)]
 
 
@@ -55,7 +56,7 @@ def two_nodes() -> list[NodeInfo]:
 @st.composite
 def node_sets(
     draw: st.DrawFn, *, roles: Sequence[str] = ("default", "trainer", "eval"), max_nodes: int = 10, max_lws: int = 8
-) -> list[NodeInfo]:
+) -> list[RankNode]:
     """Nodes with unique ids, group ranks 0..G-1 in random list order, random sizes and roles."""
     count = draw(st.integers(1, max_nodes))
     ids = draw(
@@ -63,7 +64,7 @@ def node_sets(
     )
     group_ranks = draw(st.permutations(range(count)))
     return [
-        NodeInfo(
+        RankNode(
             node_id=node_id,
             group_rank=group_rank,
             host=draw(st.sampled_from(["h0", "h1", "h2"])),
@@ -74,7 +75,7 @@ def node_sets(
     ]
 
 
-def reference(nodes: Sequence[NodeInfo]) -> dict[tuple[str, int], tuple[int, int]]:
+def reference(nodes: Sequence[RankNode]) -> dict[tuple[str, int], tuple[int, int]]:
     """torch's rule, computed naively: (node_id, local_rank) -> (rank, role_rank)."""
     out = {}
     for n in nodes:
@@ -87,7 +88,7 @@ def reference(nodes: Sequence[NodeInfo]) -> dict[tuple[str, int], tuple[int, int
 
 @settings(max_examples=200, deadline=None)
 @given(node_sets())
-def test_default_assignment_is_valid_and_matches_torch_rule(nodes: list[NodeInfo]) -> None:
+def test_default_assignment_is_valid_and_matches_torch_rule(nodes: list[RankNode]) -> None:
     assignment = compute_assignment(DefaultStrategy(), nodes)  # validates
     validate_assignment(assignment, nodes, "default")
     total = sum(n.local_world_size for n in nodes)
@@ -132,7 +133,7 @@ def test_homogeneous_single_role_matches_torch_formula(nnodes: int, lws: int, da
 
 @settings(max_examples=100, deadline=None)
 @given(node_sets())
-def test_role_ranks_are_dense_per_role(nodes: list[NodeInfo]) -> None:
+def test_role_ranks_are_dense_per_role(nodes: list[RankNode]) -> None:
     assignment = DefaultStrategy().assign(nodes, None)
     for role in {n.role for n in nodes}:
         size = sum(n.local_world_size for n in nodes if n.role == role)
@@ -222,9 +223,9 @@ def test_default_strategy_satisfies_protocol() -> None:
 # Inputs
 
 
-def test_node_info_defaults_and_immutability() -> None:
+def test_rank_node_defaults_and_immutability() -> None:
     labels = {"rack": "r1"}
-    n = NodeInfo(node_id="a", group_rank=0, host="h", local_world_size=2, labels=labels, env={"SLURM_PROCID": "0"})
+    n = RankNode(node_id="a", group_rank=0, host="h", local_world_size=2, labels=labels, env={"SLURM_PROCID": "0"})
     assert n.role == "default"
     labels["rack"] = "r2"
     assert n.labels == {"rack": "r1"}
@@ -233,13 +234,13 @@ def test_node_info_defaults_and_immutability() -> None:
         n.labels["x"] = "y"  # type: ignore[index]
     with pytest.raises(dataclasses.FrozenInstanceError):
         n.group_rank = 1  # type: ignore[misc]
-    assert hash(n) == hash(NodeInfo(node_id="a", group_rank=0, host="h", local_world_size=2))
+    assert hash(n) == hash(RankNode(node_id="a", group_rank=0, host="h", local_world_size=2))
 
 
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"node_id": ""}, "NodeInfo.node_id must be a non-empty string, got ''"),
+        ({"node_id": ""}, "RankNode.node_id must be a non-empty string, got ''"),
         ({"group_rank": -1}, "node 'a': group_rank must be an int >= 0, got -1"),
         ({"group_rank": True}, "node 'a': group_rank must be an int >= 0, got True"),
         ({"local_world_size": 0}, "node 'a': local_world_size must be an int >= 1, got 0"),
@@ -247,10 +248,10 @@ def test_node_info_defaults_and_immutability() -> None:
         ({"role": ""}, "node 'a': role must be a non-empty string, got ''"),
     ],
 )
-def test_node_info_rejects_bad_fields(kwargs: dict[str, Any], message: str) -> None:
+def test_rank_node_rejects_bad_fields(kwargs: dict[str, Any], message: str) -> None:
     fields: dict[str, Any] = {"node_id": "a", "group_rank": 0, "host": "h", "local_world_size": 1, **kwargs}
     with pytest.raises(ValueError, match="^" + message.replace("(", r"\(").replace(")", r"\)") + "$"):
-        NodeInfo(**fields)
+        RankNode(**fields)
 
 
 @pytest.mark.parametrize(
@@ -262,7 +263,7 @@ def test_node_info_rejects_bad_fields(kwargs: dict[str, Any], message: str) -> N
         ([node("a", 0, 1), node("b", 0, 1)], "group ranks of the nodes must be 0..1 (one per node), got [0, 0]"),
     ],
 )
-def test_check_nodes(nodes: list[NodeInfo], message: str) -> None:
+def test_check_nodes(nodes: list[RankNode], message: str) -> None:
     with pytest.raises(ValueError) as info:  # noqa: PT011 - the message is checked exactly below
         check_nodes(nodes)
     assert str(info.value) == message
@@ -283,7 +284,7 @@ class Bad:
     def __init__(self, change: Any) -> None:
         self.change = change
 
-    def assign(self, nodes: Sequence[NodeInfo], options: Any) -> Any:
+    def assign(self, nodes: Sequence[RankNode], options: Any) -> Any:
         return self.change(list(DefaultStrategy().assign(nodes, options)))
 
 
@@ -427,7 +428,7 @@ def role_rank_is_rank(workers: list[WorkerRanks]) -> RankAssignment:
         ),
     ],
 )
-def test_broken_strategies_are_reported_exactly(change: Any, nodes: list[NodeInfo], detail: str) -> None:
+def test_broken_strategies_are_reported_exactly(change: Any, nodes: list[RankNode], detail: str) -> None:
     with pytest.raises(RankAssignmentError) as info:
         compute_assignment(Bad(change), nodes)
     assert str(info.value) == PREFIX + detail
@@ -448,7 +449,7 @@ def test_strategy_that_raises_is_reported_with_its_name() -> None:
 
 def test_name_override_and_class_name_fallback() -> None:
     class Nameless:
-        def assign(self, nodes: Sequence[NodeInfo], options: Any) -> RankAssignment:
+        def assign(self, nodes: Sequence[RankNode], options: Any) -> RankAssignment:
             return RankAssignment(())
 
     with pytest.raises(RankAssignmentError, match=r"^rank strategy 'Nameless' produced"):
@@ -463,7 +464,7 @@ def test_round_robin_strategy_without_contiguous_node_ranks_is_valid() -> None:
     class RoundRobin:
         name = "round-robin"
 
-        def assign(self, nodes: Sequence[NodeInfo], options: Any) -> RankAssignment:
+        def assign(self, nodes: Sequence[RankNode], options: Any) -> RankAssignment:
             ordered = sorted(nodes, key=lambda n: n.group_rank)
             total = sum(n.local_world_size for n in ordered)
             slots = [
@@ -504,7 +505,7 @@ def test_round_robin_strategy_without_contiguous_node_ranks_is_valid() -> None:
 def strategy_module(monkeypatch: pytest.MonkeyPatch) -> types.ModuleType:
     module = types.ModuleType("rp_test_rank_strategies")
 
-    def reverse(nodes: Sequence[NodeInfo], options: Any) -> RankAssignment:
+    def reverse(nodes: Sequence[RankNode], options: Any) -> RankAssignment:
         """Ranks in reverse group-rank order (single role)."""
         ordered = sorted(nodes, key=lambda n: -n.group_rank)
         total = sum(n.local_world_size for n in ordered)
@@ -528,9 +529,12 @@ def strategy_module(monkeypatch: pytest.MonkeyPatch) -> types.ModuleType:
             base += n.local_world_size
         return RankAssignment(tuple(workers))
 
+    received: list[Any] = []
+
     class Offset:
-        def assign(self, nodes: Sequence[NodeInfo], options: Any) -> RankAssignment:
+        def assign(self, nodes: Sequence[RankNode], options: Any) -> RankAssignment:
             assert isinstance(options, OffsetOptions)
+            received.append(options)
             return DefaultStrategy().assign(nodes, None)
 
     class OffsetOptions(pydantic.BaseModel):
@@ -544,6 +548,7 @@ def strategy_module(monkeypatch: pytest.MonkeyPatch) -> types.ModuleType:
     module.reverse = reverse  # type: ignore[attr-defined]
     module.Offset = Offset  # type: ignore[attr-defined]
     module.OffsetOptions = OffsetOptions  # type: ignore[attr-defined]
+    module.received = received  # type: ignore[attr-defined]
     module.NeedsArgs = NeedsArgs  # type: ignore[attr-defined]
     module.not_callable = 42  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, module.__name__, module)
@@ -571,23 +576,75 @@ def test_function_factory_is_adapted(strategy_module: types.ModuleType) -> None:
     assert [(w.node_id, w.rank) for w in assignment] == [("b", 0), ("b", 1), ("a", 2)]
 
 
-def test_options_are_validated_with_the_model(strategy_module: types.ModuleType) -> None:
+def resolve_ranks(pm: Any, strategy: str, options: dict[str, Any]) -> Selection:
+    """The ``ranks.strategy`` selection of a job selecting ``strategy`` with ``options``, as core resolves it."""
+    loaded = load_job_config(
+        None,
+        environ={},
+        overrides=[
+            ("job.entrypoint", "train.py", "test"),
+            ("ranks.strategy", strategy, "test"),
+            ("ranks.options", options, "test"),
+        ],
+    )
+    return resolve_config(loaded, pm).selections["ranks.strategy"]
+
+
+@pytest.fixture
+def offset_pm(strategy_module: types.ModuleType) -> Any:
+    """A plugin manager with the ``offset`` strategy (options model ``OffsetOptions``) registered."""
     record = RankStrategyRecord(
         name="offset", factory="rp_test_rank_strategies:Offset", options_model=strategy_module.OffsetOptions
     )
-    assert len(compute_assignment(record, two_nodes(), {"offset": 3})) == 4
-    assert len(compute_assignment(record, two_nodes(), strategy_module.OffsetOptions())) == 4
+
+    class Plugin:
+        @hookimpl
+        def rallypoint_rank_strategies(self) -> list[RankStrategyRecord]:
+            return [record]
+
+    pm = get_plugin_manager()
+    pm.register(Plugin(), name="offset-strategy")
+    return pm
+
+
+def test_options_are_validated_once_by_resolution(strategy_module: types.ModuleType, offset_pm: Any) -> None:
+    selection = resolve_ranks(offset_pm, "offset", {"offset": 3})
+    assert selection.options == strategy_module.OffsetOptions(offset=3)
+    record = selection.record
+    assert isinstance(record, RankStrategyRecord)
+    strategy_module.received.clear()
+    assert len(compute_assignment(record, two_nodes(), selection.options)) == 4
+    assert strategy_module.received == [selection.options]
+    assert strategy_module.received[0] is selection.options  # handed on as given, not validated again
     with pytest.raises(ConfigError) as info:
-        compute_assignment(record, two_nodes(), {"offset": "x", "extra": 1})
+        resolve_ranks(offset_pm, "offset", {"offset": "x", "extra": 1})
     assert [issue.key for issue in info.value.issues] == ["ranks.options.offset", "ranks.options.extra"]
 
 
+def test_raw_options_are_refused(strategy_module: types.ModuleType) -> None:
+    record = RankStrategyRecord(
+        name="offset", factory="rp_test_rank_strategies:Offset", options_model=strategy_module.OffsetOptions
+    )
+    with pytest.raises(TypeError) as info:
+        compute_assignment(record, two_nodes(), {"offset": 3})  # type: ignore[arg-type]
+    assert str(info.value) == (
+        "rank strategy 'offset': options must be the validated [ranks.options] (OffsetOptions), not a raw dict; "
+        "pass the options of the job's resolved ranks.strategy selection (rallypoint.core.config.resolve_config), "
+        "or build the model yourself"
+    )
+
+
 def test_options_for_a_strategy_without_options_model() -> None:
-    record = RankStrategyRecord(name="default", factory="rallypoint.agent.ranks:DefaultStrategy")
-    assert len(compute_assignment(record, two_nodes(), {})) == 4
+    pm = get_plugin_manager()
+    selection = resolve_ranks(pm, "default", {})
+    assert selection.options is None
+    assert isinstance(selection.record, RankStrategyRecord)
+    assert len(compute_assignment(selection.record, two_nodes(), selection.options)) == 4
     with pytest.raises(ConfigError) as info:
-        compute_assignment(record, two_nodes(), {"b": 1, "a": 2})
-    assert str(info.value) == "ranks.options: rank strategy 'default' takes no options; remove a, b"
+        resolve_ranks(pm, "default", {"b": 1, "a": 2})
+    assert [(issue.key, issue.message) for issue in info.value.issues] == [
+        ("ranks.options", "rank strategy 'default' takes no options; remove a, b")
+    ]
 
 
 @pytest.mark.parametrize(
@@ -615,74 +672,15 @@ def test_load_strategy_errors(strategy_module: types.ModuleType, factory: str, m
 
 
 # ---------------------------------------------------------------------------------------------
-# Node labels and previous ranks
+# Previous ranks
 
 
 def test_previous_rank_defaults_to_none_and_is_checked() -> None:
-    assert NodeInfo(node_id="a", group_rank=0, host="h", local_world_size=1).previous_rank is None
-    assert NodeInfo(node_id="a", group_rank=0, host="h", local_world_size=1, previous_rank=8).previous_rank == 8
+    assert RankNode(node_id="a", group_rank=0, host="h", local_world_size=1).previous_rank is None
+    assert RankNode(node_id="a", group_rank=0, host="h", local_world_size=1, previous_rank=8).previous_rank == 8
     for bad in (-1, True, "3", 1.0):
         with pytest.raises(ValueError, match=r"node 'a': previous_rank must be None or an int >= 0"):
-            NodeInfo(node_id="a", group_rank=0, host="h", local_world_size=1, previous_rank=bad)  # type: ignore[arg-type]
+            RankNode(node_id="a", group_rank=0, host="h", local_world_size=1, previous_rank=bad)  # type: ignore[arg-type]
     # the default strategy ignores it
     nodes = [node("a", 0, 2, previous_rank=2), node("b", 1, 2, previous_rank=0)]
     assert [w.rank for w in DefaultStrategy().assign(nodes, None).for_node("a")] == [0, 1]
-
-
-@pytest.mark.parametrize(
-    ("text", "labels"),
-    [
-        ("", {}),
-        ("rack=r1,zone=z2", {"rack": "r1", "zone": "z2"}),
-        (" rack = r1 , zone=z2 ,, ", {"rack": "r1", "zone": "z2"}),
-        (
-            "# a labels file\nrack=r1\n\nzone=z2, gpu=h100\n  # indented comment\n",
-            {"rack": "r1", "zone": "z2", "gpu": "h100"},
-        ),
-        ("_a.b-c=some value", {"_a.b-c": "some value"}),
-    ],
-)
-def test_parse_node_labels(text: str, labels: dict[str, str]) -> None:
-    assert parse_node_labels(text) == labels
-
-
-KEY_RULE = "invalid key {!r} (use letters, digits, '_', '.' and '-', starting with a letter)"
-
-
-@pytest.mark.parametrize(
-    ("text", "item", "problem"),
-    [
-        ("rack=r1,zone", "zone", "expected key=value"),
-        ("=r1", "=r1", "the key is empty"),
-        ("9rack=r1", "9rack=r1", KEY_RULE.format("9rack")),
-        ("ra ck=r1", "ra ck=r1", KEY_RULE.format("ra ck")),
-        ("rack=", "rack=", "label 'rack' has an empty value"),
-        ("rack=a=b", "rack=a=b", "the value of 'rack' contains '='"),
-        ("rack=r1,rack=r2", "rack=r2", "label 'rack' is given twice (first as 'r1')"),
-    ],
-)
-def test_parse_node_labels_errors(text: str, item: str, problem: str) -> None:
-    with pytest.raises(NodeLabelsError) as info:
-        parse_node_labels(text, source="/etc/labels")
-    assert str(info.value) == (
-        f"invalid node labels in /etc/labels: {item!r}: {problem}. Write labels as key=value pairs separated by "
-        f"commas or new lines, e.g. rack=r1,zone=z2"
-    )
-    assert (info.value.source, info.value.item) == ("/etc/labels", item)
-    assert isinstance(info.value, ValueError)
-    assert isinstance(info.value, RallypointError)
-    assert info.value.exit_code == 2
-
-
-def test_read_node_labels(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    path = tmp_path / "labels"
-    path.write_text("rack=r1\nzone=z1\n")
-    assert read_node_labels({NODE_LABELS_ENV: "rack=r9,gpu=h100"}, path) == {"rack": "r9", "zone": "z1", "gpu": "h100"}
-    assert read_node_labels({}, str(path)) == {"rack": "r1", "zone": "z1"}
-    assert read_node_labels({}) == {}
-    monkeypatch.setenv(NODE_LABELS_ENV, "rack=r3")
-    assert read_node_labels() == {"rack": "r3"}
-    with pytest.raises(NodeLabelsError, match=r"invalid node labels in RALLYPOINT_NODE_LABELS: 'rack'"):
-        read_node_labels({NODE_LABELS_ENV: "rack"})
-    with pytest.raises(NodeLabelsError, match=r"cannot read the labels file"):
-        read_node_labels({}, tmp_path / "missing")

@@ -6,11 +6,12 @@ Hook specifications live in :mod:`rallypoint.agent.hookspecs`; rank assignment i
 
 from rallypoint.agent.ranks import (
     DefaultStrategy,
-    NodeInfo,
     RankAssignment,
     RankAssignmentError,
+    RankNode,
     RankStrategy,
     WorkerRanks,
+    assign_blocks,
     compute_assignment,
     validate_assignment,
 )
@@ -18,12 +19,13 @@ from rallypoint.agent.records import RankStrategyRecord
 
 __all__ = [
     "DefaultStrategy",
-    "NodeInfo",
     "RankAssignment",
     "RankAssignmentError",
+    "RankNode",
     "RankStrategy",
     "RankStrategyRecord",
     "WorkerRanks",
+    "assign_blocks",
     "compute_assignment",
     "validate_assignment",
 ]
