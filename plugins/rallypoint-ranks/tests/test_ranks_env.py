@@ -6,15 +6,15 @@ from typing import Any
 
 import pytest
 
-from rallypoint.agent.ranks import NodeInfo, RankAssignment, compute_assignment
+from rallypoint.agent.ranks import RankAssignment, RankNode, compute_assignment
 from rallypoint.core.errors import ConfigError
 from rallypoint_ranks.env import EnvOptions, EnvRanksError, EnvStrategy
 
 
-def make(*envs: dict[str, str], lws: int | list[int] = 2) -> list[NodeInfo]:
+def make(*envs: dict[str, str], lws: int | list[int] = 2) -> list[RankNode]:
     sizes = lws if isinstance(lws, list) else [lws] * len(envs)
     return [
-        NodeInfo(node_id=f"n{i}", group_rank=i, host=f"host{i}", local_world_size=size, env=env)
+        RankNode(node_id=f"n{i}", group_rank=i, host=f"host{i}", local_world_size=size, env=env)
         for i, (env, size) in enumerate(zip(envs, sizes, strict=True))
     ]
 
@@ -23,7 +23,7 @@ def slurm(rank: int, size: int, local: int = 0) -> dict[str, str]:
     return {"SLURM_PROCID": str(rank), "SLURM_NTASKS": str(size), "SLURM_LOCALID": str(local), "SLURM_JOB_ID": "7"}
 
 
-def run(nodes: list[NodeInfo], **options: Any) -> RankAssignment:
+def run(nodes: list[RankNode], **options: Any) -> RankAssignment:
     return compute_assignment(EnvStrategy(), nodes, EnvOptions(**options))
 
 
@@ -174,14 +174,14 @@ def test_errors_name_host_and_variable(
 
 def test_local_ranks_clash_on_one_host() -> None:
     nodes = [
-        NodeInfo(node_id="x", group_rank=0, host="h", local_world_size=1, env=slurm(0, 2, local=0)),
-        NodeInfo(node_id="y", group_rank=1, host="h", local_world_size=1, env=slurm(1, 2, local=0)),
+        RankNode(node_id="x", group_rank=0, host="h", local_world_size=1, env=slurm(0, 2, local=0)),
+        RankNode(node_id="y", group_rank=1, host="h", local_world_size=1, env=slurm(1, 2, local=0)),
     ]
     with pytest.raises(EnvRanksError, match="nodes 'x' and 'y' on host 'h' both have SLURM_LOCALID=0"):
         run(nodes)
     ok = [
-        NodeInfo(node_id="x", group_rank=0, host="h", local_world_size=1, env=slurm(1, 2, local=1)),
-        NodeInfo(node_id="y", group_rank=1, host="h", local_world_size=1, env=slurm(0, 2, local=0)),
+        RankNode(node_id="x", group_rank=0, host="h", local_world_size=1, env=slurm(1, 2, local=1)),
+        RankNode(node_id="y", group_rank=1, host="h", local_world_size=1, env=slurm(0, 2, local=0)),
     ]
     assert first_ranks(run(ok)) == {"y": 0, "x": 1}
 
@@ -194,12 +194,14 @@ def test_local_ranks_clash_on_one_host() -> None:
         ({"x": 1}, "ranks.options.x"),
     ],
 )
-def test_options_are_validated(options: dict[str, Any], key: str, registry: Any) -> None:
+def test_options_are_validated(options: dict[str, Any], key: str, resolve_options: Any) -> None:
     with pytest.raises(ConfigError) as info:
-        compute_assignment(registry.get("env"), make(slurm(0, 1)), options)
+        resolve_options("env", options)
     assert [issue.key for issue in info.value.issues] == [key]
 
 
-def test_defaults_through_the_registry(registry: Any) -> None:
-    assignment = compute_assignment(registry.get("env"), make(slurm(1, 2), slurm(0, 2)), {})
+def test_defaults_through_the_registry(registry: Any, resolve_options: Any) -> None:
+    options = resolve_options("env", {})
+    assert options == EnvOptions()
+    assignment = compute_assignment(registry.get("env"), make(slurm(1, 2), slurm(0, 2)), options)
     assert first_ranks(assignment) == {"n1": 0, "n0": 2}

@@ -6,20 +6,20 @@ from typing import Any
 
 import pytest
 
-from rallypoint.agent.ranks import NodeInfo, RankAssignment, compute_assignment
+from rallypoint.agent.ranks import RankAssignment, RankNode, compute_assignment
 from rallypoint.core.errors import ConfigError
 from rallypoint_ranks.explicit import ExplicitError, ExplicitOptions, ExplicitStrategy
 
 
-def make(hosts: dict[str, int], **kw: Any) -> list[NodeInfo]:
+def make(hosts: dict[str, int], **kw: Any) -> list[RankNode]:
     """host -> local world size; group ranks in the order given."""
     return [
-        NodeInfo(node_id=host, group_rank=i, host=host, local_world_size=lws, **kw)
+        RankNode(node_id=host, group_rank=i, host=host, local_world_size=lws, **kw)
         for i, (host, lws) in enumerate(hosts.items())
     ]
 
 
-def run(nodes: list[NodeInfo], hosts: dict[str, Any]) -> RankAssignment:
+def run(nodes: list[RankNode], hosts: dict[str, Any]) -> RankAssignment:
     return compute_assignment(ExplicitStrategy(), nodes, ExplicitOptions(hosts=hosts))
 
 
@@ -129,8 +129,8 @@ def test_errors_name_host_and_entry(
 
 def test_two_nodes_on_one_host_cannot_share_an_entry() -> None:
     nodes = [
-        NodeInfo(node_id="x", group_rank=0, host="h", local_world_size=1),
-        NodeInfo(node_id="y", group_rank=1, host="h", local_world_size=1),
+        RankNode(node_id="x", group_rank=0, host="h", local_world_size=1),
+        RankNode(node_id="y", group_rank=1, host="h", local_world_size=1),
     ]
     with pytest.raises(ExplicitError, match=r"node rank 0 is given to both host 'h' \(node 'x'\)"):
         run(nodes, {"h": 0})
@@ -139,19 +139,19 @@ def test_two_nodes_on_one_host_cannot_share_an_entry() -> None:
 @pytest.mark.parametrize(
     ("options", "key", "message"),
     [
-        ({}, "ranks.options.hosts", "Field required"),
+        ({}, "ranks.options.hosts", "required key is missing"),
         ({"hosts": {}}, "ranks.options.hosts", "at least 1 item"),
         ({"hosts": {"a": 0, "b": [1]}}, "ranks.options", "entry 'b' is a list of global ranks but entry 'a' is"),
         ({"hosts": {"a": 0, "b": 0}}, "ranks.options", "node rank 0 is given by both entries 'a' and 'b'"),
         ({"hosts": {"a": [0, 0]}}, "ranks.options", "global rank 0 appears twice in entry 'a'"),
-        ({"hosts": {"a": -1}}, "ranks.options.hosts.a", "greater than or equal to 0"),
+        ({"hosts": {"a": -1}}, "ranks.options.hosts.a", "must be at least 0, got -1"),
         ({"hosts": {"a": []}}, "ranks.options.hosts.a", "at least 1 item"),
-        ({"hosts": {"a": 0}, "extra": 1}, "ranks.options.extra", "Extra inputs are not permitted"),
+        ({"hosts": {"a": 0}, "extra": 1}, "ranks.options.extra", "unknown key 'extra' (known keys: hosts)"),
     ],
 )
-def test_options_are_validated_up_front(options: dict[str, Any], key: str, message: str, registry: Any) -> None:
+def test_options_are_validated_up_front(options: dict[str, Any], key: str, message: str, resolve_options: Any) -> None:
     with pytest.raises(ConfigError) as info:
-        compute_assignment(registry.get("explicit"), make({"a": 1}), options)
+        resolve_options("explicit", options)
     assert any(issue.key.startswith(key) and message in issue.message for issue in info.value.issues), [
         str(i) for i in info.value.issues
     ]

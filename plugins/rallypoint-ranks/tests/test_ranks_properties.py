@@ -14,7 +14,7 @@ from typing import Any
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from rallypoint.agent.ranks import NodeInfo, RankAssignment, compute_assignment, validate_assignment
+from rallypoint.agent.ranks import RankAssignment, RankNode, compute_assignment, validate_assignment
 from rallypoint_ranks.env import EnvOptions, EnvRanksError, EnvStrategy
 from rallypoint_ranks.explicit import ExplicitError, ExplicitOptions, ExplicitStrategy
 from rallypoint_ranks.topology import TopologyOptions, TopologyStrategy
@@ -23,7 +23,7 @@ ROLES = ("default", "trainer", "eval")
 HOSTS = [f"node{i}" for i in (1, 2, 7, 8, 10, 66, 100)] + ["gpu-a", "gpu-b", "Node3"]
 
 
-def copy(node: NodeInfo, **changes: Any) -> NodeInfo:
+def copy(node: RankNode, **changes: Any) -> RankNode:
     fields = {
         "node_id": node.node_id,
         "group_rank": node.group_rank,
@@ -35,10 +35,10 @@ def copy(node: NodeInfo, **changes: Any) -> NodeInfo:
         "previous_rank": node.previous_rank,
     }
     fields.update(changes)
-    return NodeInfo(**fields)
+    return RankNode(**fields)
 
 
-def assert_same_everywhere(strategy: Any, nodes: list[NodeInfo], options: Any, shuffled: list[NodeInfo]) -> None:
+def assert_same_everywhere(strategy: Any, nodes: list[RankNode], options: Any, shuffled: list[RankNode]) -> None:
     """Another agent sees the same participants in another order, as fresh objects."""
     first = compute_assignment(strategy, nodes, options)
     second = compute_assignment(strategy, [copy(n) for n in shuffled], options)
@@ -47,7 +47,7 @@ def assert_same_everywhere(strategy: Any, nodes: list[NodeInfo], options: Any, s
 
 
 @st.composite
-def participants(draw: st.DrawFn, *, unique_hosts: bool = False, max_nodes: int = 8) -> list[NodeInfo]:
+def participants(draw: st.DrawFn, *, unique_hosts: bool = False, max_nodes: int = 8) -> list[RankNode]:
     """Nodes with random ids, hosts (possibly shared), per-host labels, sizes, roles, previous ranks."""
     count = draw(st.integers(1, max_nodes))
     ids = draw(st.lists(st.text("abcdef0123", min_size=1, max_size=4), min_size=count, max_size=count, unique=True))
@@ -66,7 +66,7 @@ def participants(draw: st.DrawFn, *, unique_hosts: bool = False, max_nodes: int 
     }
     group_ranks = draw(st.permutations(range(count)))
     return [
-        NodeInfo(
+        RankNode(
             node_id=node_id,
             group_rank=group_rank,
             host=host,
@@ -92,13 +92,13 @@ topology_options = st.builds(
 
 @settings(max_examples=80, deadline=None)
 @given(participants(), topology_options, st.data())
-def test_topology_is_valid_and_order_independent(nodes: list[NodeInfo], options: TopologyOptions, data: Any) -> None:
+def test_topology_is_valid_and_order_independent(nodes: list[RankNode], options: TopologyOptions, data: Any) -> None:
     assert_same_everywhere(TopologyStrategy(), nodes, options, data.draw(st.permutations(nodes)))
 
 
 @settings(max_examples=80, deadline=None)
 @given(participants(), topology_options)
-def test_topology_first_round_keeps_hosts_contiguous(nodes: list[NodeInfo], options: TopologyOptions) -> None:
+def test_topology_first_round_keeps_hosts_contiguous(nodes: list[RankNode], options: TopologyOptions) -> None:
     nodes = [copy(n, previous_rank=None) for n in nodes]
     assignment = compute_assignment(TopologyStrategy(), nodes, options)
     host_of = {n.node_id: n.host for n in nodes}
@@ -112,12 +112,12 @@ def first_ranks(assignment: RankAssignment) -> dict[str, int]:
 
 
 def next_round(
-    previous: list[NodeInfo], assignment: RankAssignment, keep: list[bool], new: list[int]
-) -> list[NodeInfo]:
+    previous: list[RankNode], assignment: RankAssignment, keep: list[bool], new: list[int]
+) -> list[RankNode]:
     ranks = first_ranks(assignment)
     survivors = [copy(n, previous_rank=ranks[n.node_id]) for n, k in zip(previous, keep, strict=True) if k]
     newcomers = [
-        NodeInfo(node_id=f"new{i}", group_rank=0, host=f"spare{i}", local_world_size=size) for i, size in enumerate(new)
+        RankNode(node_id=f"new{i}", group_rank=0, host=f"spare{i}", local_world_size=size) for i, size in enumerate(new)
     ]
     everyone = survivors + newcomers
     return [copy(n, group_rank=i) for i, n in enumerate(everyone)]
@@ -125,7 +125,7 @@ def next_round(
 
 @settings(max_examples=80, deadline=None)
 @given(participants(unique_hosts=True), st.data())
-def test_topology_re_rendezvous_is_stable(nodes: list[NodeInfo], data: Any) -> None:
+def test_topology_re_rendezvous_is_stable(nodes: list[RankNode], data: Any) -> None:
     options = TopologyOptions(order=["zone", "rack"])
     nodes = [copy(n, previous_rank=None) for n in nodes]
     before = compute_assignment(TopologyStrategy(), nodes, options)
@@ -149,7 +149,7 @@ def test_topology_re_rendezvous_is_stable(nodes: list[NodeInfo], data: Any) -> N
 
 @settings(max_examples=100, deadline=None)
 @given(participants(unique_hosts=True, max_nodes=6), st.data())
-def test_topology_replacing_one_node_keeps_every_rank(nodes: list[NodeInfo], data: Any) -> None:
+def test_topology_replacing_one_node_keeps_every_rank(nodes: list[RankNode], data: Any) -> None:
     nodes = [copy(n, previous_rank=None) for n in nodes]
     before = compute_assignment(TopologyStrategy(), nodes, None)
     gone = data.draw(st.integers(0, len(nodes) - 1))
@@ -168,7 +168,7 @@ def test_topology_replacing_one_node_keeps_every_rank(nodes: list[NodeInfo], dat
 
 @settings(max_examples=80, deadline=None)
 @given(participants(unique_hosts=True), st.booleans(), st.data())
-def test_explicit_map_is_followed(nodes: list[NodeInfo], per_worker: bool, data: Any) -> None:
+def test_explicit_map_is_followed(nodes: list[RankNode], per_worker: bool, data: Any) -> None:
     if per_worker:
         world = sum(n.local_world_size for n in nodes)
         ranks = data.draw(st.permutations(range(world)))
@@ -200,7 +200,7 @@ explicit_values = st.integers(0, 12) | st.lists(st.integers(0, 12), min_size=1, 
     participants(),
     st.dictionaries(st.sampled_from([*HOSTS[:6], "node*", "node[0-9]", "gpu-?", "*"]), explicit_values, min_size=1),
 )
-def test_explicit_any_map_is_valid_or_a_clear_error(nodes: list[NodeInfo], hosts: dict[str, Any]) -> None:
+def test_explicit_any_map_is_valid_or_a_clear_error(nodes: list[RankNode], hosts: dict[str, Any]) -> None:
     try:
         options = ExplicitOptions.model_validate({"hosts": hosts})
     except ValueError:  # pydantic's ValidationError: reported as a ConfigError by the agent
@@ -228,7 +228,7 @@ FAMILY_VARS = {
 
 @settings(max_examples=80, deadline=None)
 @given(participants(unique_hosts=True), st.sampled_from(sorted(FAMILY_VARS)), st.booleans(), st.data())
-def test_env_follows_a_consistent_scheduler(nodes: list[NodeInfo], family: str, worker: bool, data: Any) -> None:
+def test_env_follows_a_consistent_scheduler(nodes: list[RankNode], family: str, worker: bool, data: Any) -> None:
     rank_var, local_var, size_var = FAMILY_VARS[family]
     order = data.draw(st.permutations(nodes))
     starts: dict[str, int] = {}
@@ -260,7 +260,7 @@ env_values = st.sampled_from(["0", "1", "2", "3", "4", "8", "-1", "x", " 2 "])
     st.sampled_from(["auto", "node", "worker"]),
 )
 def test_env_any_environment_is_valid_or_a_clear_error(
-    nodes: list[NodeInfo], data: Any, source: str, level: str
+    nodes: list[RankNode], data: Any, source: str, level: str
 ) -> None:
     names = [v for vs in FAMILY_VARS.values() for v in vs]
     nodes = [copy(n, env=data.draw(st.dictionaries(st.sampled_from(names), env_values))) for n in nodes]
@@ -278,7 +278,7 @@ def test_env_any_environment_is_valid_or_a_clear_error(
 
 SCRIPT = """
 import json, random
-from rallypoint.agent.ranks import NodeInfo, compute_assignment
+from rallypoint.agent.ranks import RankNode, compute_assignment
 from rallypoint.core.plugins import get_plugin_manager
 from rallypoint.core.registry import RANK_STRATEGIES
 
@@ -294,13 +294,14 @@ for case in range(40):
     for i, host in enumerate(hosts):
         labels = {"rack": rng.choice(["r1", "r2", "r10"])} if rng.random() < 0.7 else {}
         env = {"SLURM_PROCID": str(order[i]), "SLURM_NTASKS": str(count)}
-        nodes.append(NodeInfo(node_id=f"id{i}", group_rank=i, host=host,
+        nodes.append(RankNode(node_id=f"id{i}", group_rank=i, host=host,
                               local_world_size=rng.randint(1, 4), role=rng.choice(["a", "b"]), labels=labels,
                               env=env, previous_rank=rng.choice([None, rng.randint(0, 20)])))
     rng.shuffle(nodes)
     explicit = {n.host: order[i] for i, n in enumerate(sorted(nodes, key=lambda n: n.node_id))}
-    for name, options in [("topology", {"order": ["rack"]}), ("explicit", {"hosts": explicit}), ("env", {})]:
-        a = compute_assignment(registry.get(name), nodes, options)
+    for name, raw in [("topology", {"order": ["rack"]}), ("explicit", {"hosts": explicit}), ("env", {})]:
+        record = registry.get(name)
+        a = compute_assignment(record, nodes, record.options_model.model_validate(raw))
         out.append([name, [[w.node_id, w.local_rank, w.rank, w.role_rank] for w in a]])
 print(json.dumps(out))
 """

@@ -11,10 +11,11 @@ import sys
 import tomllib
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from rallypoint.agent.ranks import NodeInfo, RankAssignmentError, compute_assignment
+from rallypoint.agent.ranks import RankAssignmentError, RankNode, compute_assignment
 from rallypoint.core.errors import ConfigError
 from rallypoint.core.plugins import get_plugin_manager
 from rallypoint.core.registry import RANK_STRATEGIES
@@ -54,7 +55,9 @@ def hostfile_site(tmp_path: Path) -> Iterator[Path]:
         del sys.modules[name]
 
 
-def test_docs_example_is_selected_by_name(hostfile_site: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_docs_example_is_selected_by_name(
+    hostfile_site: Path, monkeypatch: pytest.MonkeyPatch, resolve_options: Any
+) -> None:
     monkeypatch.syspath_prepend(str(hostfile_site))
     monkeypatch.delenv("RALLYPOINT_DISABLE_PLUGIN_AUTOLOAD", raising=False)
     monkeypatch.delenv("RALLYPOINT_DISABLE_PLUGINS", raising=False)
@@ -64,11 +67,12 @@ def test_docs_example_is_selected_by_name(hostfile_site: Path, monkeypatch: pyte
     assert {"default", "topology", "explicit", "env", "hostfile"} <= set(registry.names())
     record = registry.get("hostfile")
     nodes = [
-        NodeInfo(node_id="a", group_rank=0, host="node66", local_world_size=2, role="trainer"),
-        NodeInfo(node_id="b", group_rank=1, host="node7", local_world_size=1, role="eval"),
-        NodeInfo(node_id="c", group_rank=2, host="node8", local_world_size=2, role="trainer"),
+        RankNode(node_id="a", group_rank=0, host="node66", local_world_size=2, role="trainer"),
+        RankNode(node_id="b", group_rank=1, host="node7", local_world_size=1, role="eval"),
+        RankNode(node_id="c", group_rank=2, host="node8", local_world_size=2, role="trainer"),
     ]
-    options = {"hosts": ["node7", "node8", "node66"]}
+    options = resolve_options("hostfile", {"hosts": ["node7", "node8", "node66"]}, pm)
+    assert type(options).__name__ == "HostfileOptions"
     assignment = compute_assignment(record, nodes, options)
     assert [(w.node_id, w.rank, w.role_rank) for w in assignment] == [
         ("b", 0, 0),
@@ -79,9 +83,9 @@ def test_docs_example_is_selected_by_name(hostfile_site: Path, monkeypatch: pyte
     ]
     assert compute_assignment(record, list(reversed(nodes)), options) == assignment
     with pytest.raises(RankAssignmentError, match="rank strategy 'hostfile' failed: host 'node8' is not in"):
-        compute_assignment(record, nodes, {"hosts": ["node7", "node66"]})
+        compute_assignment(record, nodes, resolve_options("hostfile", {"hosts": ["node7", "node66"]}, pm))
     with pytest.raises(ConfigError) as info:
-        compute_assignment(record, nodes, {"host": ["node7"]})
+        resolve_options("hostfile", {"host": ["node7"]}, pm)
     assert [issue.key for issue in info.value.issues] == ["ranks.options.hosts", "ranks.options.host"]
 
 

@@ -1,20 +1,22 @@
-"""Helpers shared by the strategies: errors, natural order, host patterns, building assignments."""
+"""Helpers shared by the strategies: errors, natural order, host patterns.
+
+The strategies build their results with :func:`rallypoint.agent.ranks.assign_blocks` (nodes in
+an order) and :func:`rallypoint.agent.ranks.assign_ranks` (a global rank per worker).
+"""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping
 from fnmatch import fnmatchcase
 from typing import TypeVar
 
-from rallypoint.agent.ranks import NodeInfo, RankAssignment, RankAssignmentError, WorkerRanks
+from rallypoint.agent.ranks import RankAssignmentError, RankNode
 from rallypoint.core.errors import EXIT_USAGE
 
 __all__ = [
     "LABEL_NAME_RE",
     "RankStrategyError",
-    "assignment_from_order",
-    "assignment_from_ranks",
     "describe_node",
     "is_pattern",
     "match_host",
@@ -91,60 +93,8 @@ def match_host(host: str, entries: Mapping[str, V]) -> list[str]:
     return [key for key in entries if is_pattern(key) and fnmatchcase(host, key)]
 
 
-def describe_node(node: NodeInfo) -> str:
+def describe_node(node: RankNode) -> str:
     """``host 'gpu-3' (node 'n3')``: how messages name a node."""
     if node.node_id == node.host:
         return f"host {node.host!r}"
     return f"host {node.host!r} (node {node.node_id!r})"
-
-
-def assignment_from_ranks(nodes: Sequence[NodeInfo], ranks: Mapping[str, Sequence[int]]) -> RankAssignment:
-    """Build the assignment where ``ranks[node_id][local_rank]`` is that worker's global rank.
-
-    Role ranks follow global-rank order within each role. The caller guarantees that the global
-    ranks are ``0..N-1`` (the agent validates the result anyway).
-    """
-    world_size = sum(n.local_world_size for n in nodes)
-    by_id = {n.node_id: n for n in nodes}
-    slots = sorted((rank, node_id, local_rank) for node_id, rs in ranks.items() for local_rank, rank in enumerate(rs))
-    role_sizes: dict[str, int] = {}
-    for node in nodes:
-        role_sizes[node.role] = role_sizes.get(node.role, 0) + node.local_world_size
-    role_next: dict[str, int] = dict.fromkeys(role_sizes, 0)
-    workers: list[WorkerRanks] = []
-    for rank, node_id, local_rank in slots:
-        node = by_id[node_id]
-        workers.append(
-            WorkerRanks(
-                node_id=node_id,
-                local_rank=local_rank,
-                rank=rank,
-                world_size=world_size,
-                role=node.role,
-                role_rank=role_next[node.role],
-                role_world_size=role_sizes[node.role],
-                local_world_size=node.local_world_size,
-                group_rank=node.group_rank,
-                group_world_size=len(nodes),
-            )
-        )
-        role_next[node.role] += 1
-    return RankAssignment(tuple(workers))
-
-
-def assignment_from_order(order: Iterable[NodeInfo]) -> RankAssignment:
-    """Give the nodes consecutive blocks of global ranks in the order given.
-
-    Examples:
-        >>> a = NodeInfo(node_id="a", group_rank=0, host="a", local_world_size=2)
-        >>> b = NodeInfo(node_id="b", group_rank=1, host="b", local_world_size=1)
-        >>> [(w.node_id, w.rank) for w in assignment_from_order([b, a])]
-        [('b', 0), ('a', 1), ('a', 2)]
-    """
-    nodes = list(order)
-    ranks: dict[str, list[int]] = {}
-    base = 0
-    for node in nodes:
-        ranks[node.node_id] = list(range(base, base + node.local_world_size))
-        base += node.local_world_size
-    return assignment_from_ranks(nodes, ranks)

@@ -1,7 +1,7 @@
 """The ``env`` rank strategy: keep the ranks a scheduler already gave (Slurm, Open MPI, torch-style).
 
-Each agent publishes its scheduler variables in the rendezvous (:attr:`NodeInfo.env
-<rallypoint.agent.ranks.NodeInfo.env>`), so every agent sees every node's and checks them for
+Each agent publishes its scheduler variables in the rendezvous (:attr:`RankNode.env
+<rallypoint.agent.ranks.RankNode.env>`), so every agent sees every node's and checks them for
 consistency across nodes before trusting them: one variable family everywhere, one world size,
 no rank given twice, no gap. Any conflict is an :class:`EnvRanksError` naming the host and the
 variable.
@@ -15,10 +15,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from rallypoint.agent.ranks import NodeInfo, RankAssignment
+from rallypoint.agent.ranks import RankAssignment, RankNode, assign_blocks
 from rallypoint_ranks.common import (
     RankStrategyError,
-    assignment_from_order,
     describe_node,
     natural_key,
 )
@@ -51,11 +50,11 @@ class Family:
     local_rank: str
     size: tuple[str, ...]
 
-    def complete(self, node: NodeInfo) -> bool:
+    def complete(self, node: RankNode) -> bool:
         """Whether ``node`` published this family's rank and size."""
         return self.rank in node.env and self.size_variable(node) is not None
 
-    def size_variable(self, node: NodeInfo) -> str | None:
+    def size_variable(self, node: RankNode) -> str | None:
         """The size variable ``node`` published, if any."""
         return next((v for v in self.size if v in node.env), None)
 
@@ -94,7 +93,7 @@ class EnvOptions(BaseModel):
 
 @dataclass(frozen=True)
 class _Task:
-    node: NodeInfo
+    node: RankNode
     rank: int
     size: int
     local_rank: int | None
@@ -102,7 +101,7 @@ class _Task:
     size_var: str
 
 
-def _int(node: NodeInfo, variable: str) -> int:
+def _int(node: RankNode, variable: str) -> int:
     text = node.env[variable]
     try:
         value = int(text.strip())
@@ -115,11 +114,11 @@ def _int(node: NodeInfo, variable: str) -> int:
     return value
 
 
-def _ordered(nodes: Sequence[NodeInfo]) -> list[NodeInfo]:
+def _ordered(nodes: Sequence[RankNode]) -> list[RankNode]:
     return sorted(nodes, key=lambda n: (natural_key(n.host), n.node_id))
 
 
-def _family(nodes: Sequence[NodeInfo], source: str) -> Family:
+def _family(nodes: Sequence[RankNode], source: str) -> Family:
     """The family to read: the one asked for, or the one ``auto`` finds on every node."""
     ordered = _ordered(nodes)
     if source != "auto":
@@ -163,7 +162,7 @@ def _family(nodes: Sequence[NodeInfo], source: str) -> Family:
     return chosen
 
 
-def _tasks(nodes: Sequence[NodeInfo], family: Family) -> list[_Task]:
+def _tasks(nodes: Sequence[RankNode], family: Family) -> list[_Task]:
     tasks: list[_Task] = []
     for node in _ordered(nodes):
         size_var = family.size_variable(node) or family.size[0]
@@ -199,7 +198,7 @@ def _tasks(nodes: Sequence[NodeInfo], family: Family) -> list[_Task]:
     return tasks
 
 
-def _node_level(tasks: list[_Task]) -> list[NodeInfo]:
+def _node_level(tasks: list[_Task]) -> list[RankNode]:
     count = len(tasks)
     owner: dict[int, _Task] = {}
     for task in tasks:
@@ -221,7 +220,7 @@ def _node_level(tasks: list[_Task]) -> list[NodeInfo]:
     return [owner[rank].node for rank in range(count)]
 
 
-def _worker_level(tasks: list[_Task], world_size: int) -> list[NodeInfo]:
+def _worker_level(tasks: list[_Task], world_size: int) -> list[RankNode]:
     cursor = 0
     previous: _Task | None = None
     for task in sorted(tasks, key=lambda t: (t.rank, natural_key(t.node.host), t.node.node_id)):
@@ -256,8 +255,8 @@ def _worker_level(tasks: list[_Task], world_size: int) -> list[NodeInfo]:
 class EnvStrategy:
     """``[ranks] strategy = "env"``: global ranks from the scheduler's variables on each node.
 
-    The variables are read from every node's :attr:`NodeInfo.env
-    <rallypoint.agent.ranks.NodeInfo.env>` and checked across nodes, in this order: a family
+    The variables are read from every node's :attr:`RankNode.env
+    <rallypoint.agent.ranks.RankNode.env>` and checked across nodes, in this order: a family
     (see :class:`EnvOptions`) present on every node (with ``source = "auto"``, families
     present everywhere must agree); integer values; one size everywhere; the level (the size is
     the number of nodes, or the world size); scheduler local ranks distinct among the nodes of a
@@ -270,7 +269,7 @@ class EnvStrategy:
 
     name = NAME
 
-    def assign(self, nodes: Sequence[NodeInfo], options: EnvOptions | None = None) -> RankAssignment:
+    def assign(self, nodes: Sequence[RankNode], options: EnvOptions | None = None) -> RankAssignment:
         """Assign the ranks the scheduler gave."""
         options = options or EnvOptions()
         family = _family(nodes, options.source)
@@ -299,4 +298,4 @@ class EnvStrategy:
                 entry=tasks[0].size_var,
             )
         order = _node_level(tasks) if level == "node" else _worker_level(tasks, world_size)
-        return assignment_from_order(order)
+        return assign_blocks(order)

@@ -14,11 +14,9 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, model_validator
 
-from rallypoint.agent.ranks import NodeInfo, RankAssignment
+from rallypoint.agent.ranks import RankAssignment, RankNode, assign_blocks, assign_ranks
 from rallypoint_ranks.common import (
     RankStrategyError,
-    assignment_from_order,
-    assignment_from_ranks,
     describe_node,
     match_host,
     natural_key,
@@ -87,11 +85,16 @@ class ExplicitOptions(BaseModel):
         return "worker" if isinstance(next(iter(self.hosts.values())), list) else "node"
 
 
-def _match(nodes: Sequence[NodeInfo], options: ExplicitOptions) -> dict[str, str]:
+def _ordered(nodes: Sequence[RankNode]) -> list[RankNode]:
+    """The nodes in natural host-name order: the order in which problems are reported."""
+    return sorted(nodes, key=lambda n: (natural_key(n.host), n.node_id))
+
+
+def _match(nodes: Sequence[RankNode], options: ExplicitOptions) -> dict[str, str]:
     """Node id to the entry that applies to it; every node has one and every entry is used."""
     entries = options.hosts
     matched: dict[str, str] = {}
-    for node in sorted(nodes, key=lambda n: (natural_key(n.host), n.node_id)):
+    for node in _ordered(nodes):
         keys = match_host(node.host, entries)
         if not keys:
             raise ExplicitError(
@@ -119,6 +122,79 @@ def _match(nodes: Sequence[NodeInfo], options: ExplicitOptions) -> dict[str, str
     return matched
 
 
+def _node_form(nodes: Sequence[RankNode], options: ExplicitOptions, matched: dict[str, str]) -> RankAssignment:
+    """Node ranks: exactly ``0..G-1``; nodes take contiguous blocks of ranks in node-rank order."""
+    by_id = {n.node_id: n for n in nodes}
+    count = len(nodes)
+    node_rank: dict[str, int] = {}
+    owner: dict[int, str] = {}
+    for node in _ordered(nodes):
+        key = matched[node.node_id]
+        value = options.hosts[key]
+        assert isinstance(value, int)  # form == "node"
+        if value in owner:
+            other = by_id[owner[value]]
+            raise ExplicitError(
+                f"node rank {value} is given to both {describe_node(other)} (entry "
+                f"{matched[other.node_id]!r}) and {describe_node(node)} (entry {key!r})",
+                host=node.host,
+                entry=key,
+            )
+        owner[value] = node.node_id
+        node_rank[node.node_id] = value
+    for node in _ordered(nodes):
+        value = node_rank[node.node_id]
+        if value >= count:
+            raise ExplicitError(
+                f"{describe_node(node)}: entry {matched[node.node_id]!r} gives node rank {value}, but node "
+                f"ranks must be 0..{count - 1} ({count} node(s) joined){_missing(set(owner), count)}",
+                host=node.host,
+                entry=matched[node.node_id],
+            )
+    return assign_blocks(sorted(nodes, key=lambda n: node_rank[n.node_id]))
+
+
+def _worker_form(nodes: Sequence[RankNode], options: ExplicitOptions, matched: dict[str, str]) -> RankAssignment:
+    """Global ranks per worker: one per local worker, together exactly ``0..N-1``."""
+    world_size = sum(n.local_world_size for n in nodes)
+    ranks: dict[str, list[int]] = {}
+    owners: dict[int, tuple[RankNode, int]] = {}
+    for node in _ordered(nodes):
+        key = matched[node.node_id]
+        value = options.hosts[key]
+        assert isinstance(value, list)  # form == "worker"
+        if len(value) != node.local_world_size:
+            raise ExplicitError(
+                f"{describe_node(node)}: entry {key!r} lists {len(value)} global rank(s) but the node runs "
+                f"{node.local_world_size} worker(s) (local_world_size); give one rank per local worker",
+                host=node.host,
+                entry=key,
+            )
+        for local_rank, rank in enumerate(value):
+            if rank in owners:
+                other, other_local = owners[rank]
+                raise ExplicitError(
+                    f"global rank {rank} is given to both {describe_node(other)} local rank {other_local} "
+                    f"(entry {matched[other.node_id]!r}) and {describe_node(node)} local rank {local_rank} "
+                    f"(entry {key!r})",
+                    host=node.host,
+                    entry=key,
+                )
+            owners[rank] = (node, local_rank)
+        ranks[node.node_id] = list(value)
+    for node in _ordered(nodes):
+        for local_rank, rank in enumerate(ranks[node.node_id]):
+            if rank >= world_size:
+                raise ExplicitError(
+                    f"{describe_node(node)} local rank {local_rank}: entry {matched[node.node_id]!r} gives global "
+                    f"rank {rank}, but global ranks must be 0..{world_size - 1} (world size {world_size})"
+                    f"{_missing(set(owners), world_size)}",
+                    host=node.host,
+                    entry=matched[node.node_id],
+                )
+    return assign_ranks(nodes, ranks)
+
+
 class ExplicitStrategy:
     """``[ranks] strategy = "explicit"``: ranks from a map in ``[ranks.options.hosts]``.
 
@@ -136,76 +212,11 @@ class ExplicitStrategy:
 
     name = NAME
 
-    def assign(self, nodes: Sequence[NodeInfo], options: ExplicitOptions | None) -> RankAssignment:
+    def assign(self, nodes: Sequence[RankNode], options: ExplicitOptions | None) -> RankAssignment:
         """Assign the ranks the map gives."""
         if options is None:
             raise ExplicitError(f'it needs a map of host to ranks in [{KEY}], e.g. "node7" = 0')
         matched = _match(nodes, options)
-        by_id = {n.node_id: n for n in nodes}
-        ordered = sorted(nodes, key=lambda n: (natural_key(n.host), n.node_id))
         if options.form == "node":
-            count = len(nodes)
-            node_rank: dict[str, int] = {}
-            owner: dict[int, str] = {}
-            for node in ordered:
-                key = matched[node.node_id]
-                value = options.hosts[key]
-                assert isinstance(value, int)  # form == "node"
-                if value in owner:
-                    other = by_id[owner[value]]
-                    raise ExplicitError(
-                        f"node rank {value} is given to both {describe_node(other)} (entry "
-                        f"{matched[other.node_id]!r}) and {describe_node(node)} (entry {key!r})",
-                        host=node.host,
-                        entry=key,
-                    )
-                owner[value] = node.node_id
-                node_rank[node.node_id] = value
-            for node in ordered:
-                value = node_rank[node.node_id]
-                if value >= count:
-                    raise ExplicitError(
-                        f"{describe_node(node)}: entry {matched[node.node_id]!r} gives node rank {value}, but node "
-                        f"ranks must be 0..{count - 1} ({count} node(s) joined){_missing(set(owner), count)}",
-                        host=node.host,
-                        entry=matched[node.node_id],
-                    )
-            return assignment_from_order(sorted(nodes, key=lambda n: node_rank[n.node_id]))
-
-        world_size = sum(n.local_world_size for n in nodes)
-        ranks: dict[str, list[int]] = {}
-        owners: dict[int, tuple[NodeInfo, int]] = {}
-        for node in ordered:
-            key = matched[node.node_id]
-            value = options.hosts[key]
-            assert isinstance(value, list)  # form == "worker"
-            if len(value) != node.local_world_size:
-                raise ExplicitError(
-                    f"{describe_node(node)}: entry {key!r} lists {len(value)} global rank(s) but the node runs "
-                    f"{node.local_world_size} worker(s) (local_world_size); give one rank per local worker",
-                    host=node.host,
-                    entry=key,
-                )
-            for local_rank, rank in enumerate(value):
-                if rank in owners:
-                    other, other_local = owners[rank]
-                    raise ExplicitError(
-                        f"global rank {rank} is given to both {describe_node(other)} local rank {other_local} "
-                        f"(entry {matched[other.node_id]!r}) and {describe_node(node)} local rank {local_rank} "
-                        f"(entry {key!r})",
-                        host=node.host,
-                        entry=key,
-                    )
-                owners[rank] = (node, local_rank)
-            ranks[node.node_id] = list(value)
-        for node in ordered:
-            for local_rank, rank in enumerate(ranks[node.node_id]):
-                if rank >= world_size:
-                    raise ExplicitError(
-                        f"{describe_node(node)} local rank {local_rank}: entry {matched[node.node_id]!r} gives global "
-                        f"rank {rank}, but global ranks must be 0..{world_size - 1} (world size {world_size})"
-                        f"{_missing(set(owners), world_size)}",
-                        host=node.host,
-                        entry=matched[node.node_id],
-                    )
-        return assignment_from_ranks(nodes, ranks)
+            return _node_form(nodes, options, matched)
+        return _worker_form(nodes, options, matched)

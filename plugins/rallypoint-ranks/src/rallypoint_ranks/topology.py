@@ -17,12 +17,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from rallypoint.agent.ranks import NodeInfo, RankAssignment, parse_node_labels
+from rallypoint.agent.node import parse_node_labels
+from rallypoint.agent.ranks import RankAssignment, RankNode, assign_blocks
 from rallypoint_ranks.common import (
     LABEL_NAME_RE,
     NaturalKey,
     RankStrategyError,
-    assignment_from_order,
     describe_node,
     is_pattern,
     natural_key,
@@ -106,15 +106,15 @@ class TopologyOptions(BaseModel):
         return tuple(name for name in self.order if name != HOST)
 
 
-def effective_labels(node: NodeInfo, options: TopologyOptions) -> dict[str, str]:
+def effective_labels(node: RankNode, options: TopologyOptions) -> dict[str, str]:
     """The labels ``topology`` sorts ``node`` by.
 
-    Start from the labels the node published (:attr:`NodeInfo.labels`); apply every
+    Start from the labels the node published (:attr:`RankNode.labels`); apply every
     ``hosts`` pattern entry matching the host, in the order written; then the exact host entry.
     Later sources override earlier ones label by label.
 
     Examples:
-        >>> node = NodeInfo(node_id="n", group_rank=0, host="gpu-a3", local_world_size=1,
+        >>> node = RankNode(node_id="n", group_rank=0, host="gpu-a3", local_world_size=1,
         ...                 labels={"rack": "r1", "zone": "z1"})
         >>> options = TopologyOptions(hosts={"gpu-a*": {"rack": "a"}, "gpu-a3": {"zone": "z9"}})
         >>> effective_labels(node, options)
@@ -128,11 +128,11 @@ def effective_labels(node: NodeInfo, options: TopologyOptions) -> dict[str, str]
     return labels
 
 
-def _label_keys(nodes: Sequence[NodeInfo], options: TopologyOptions) -> dict[str, tuple[Any, ...]]:
+def _label_keys(nodes: Sequence[RankNode], options: TopologyOptions) -> dict[str, tuple[Any, ...]]:
     """Each node's sort key over the ``order`` labels, checked for missing and per-host conflicts."""
     order = options.label_order
     keys: dict[str, tuple[Any, ...]] = {}
-    by_host: dict[str, tuple[NodeInfo, dict[str, str]]] = {}
+    by_host: dict[str, tuple[RankNode, dict[str, str]]] = {}
     for node in sorted(nodes, key=lambda n: n.node_id):
         labels = effective_labels(node, options)
         parts: list[tuple[int, NaturalKey | None]] = []
@@ -163,7 +163,7 @@ def _label_keys(nodes: Sequence[NodeInfo], options: TopologyOptions) -> dict[str
     return keys
 
 
-def topology_order(nodes: Sequence[NodeInfo], options: TopologyOptions | None = None) -> list[NodeInfo]:
+def topology_order(nodes: Sequence[RankNode], options: TopologyOptions | None = None) -> list[RankNode]:
     """The nodes in ``topology`` order: the order in which they get consecutive blocks of ranks.
 
     See :meth:`TopologyStrategy.assign` for the rule.
@@ -175,7 +175,7 @@ def topology_order(nodes: Sequence[NodeInfo], options: TopologyOptions | None = 
     options = options or TopologyOptions()
     label_keys = _label_keys(nodes, options)
 
-    def key(node: NodeInfo) -> tuple[Any, ...]:
+    def key(node: RankNode) -> tuple[Any, ...]:
         return (label_keys[node.node_id], natural_key(node.host), node.node_id)
 
     if not options.stable or all(n.previous_rank is None for n in nodes):
@@ -186,7 +186,7 @@ def topology_order(nodes: Sequence[NodeInfo], options: TopologyOptions | None = 
         key=lambda n: (n.previous_rank, key(n)),
     )
     newcomers = sorted((n for n in nodes if n.previous_rank is None), key=key)
-    order: list[NodeInfo] = []
+    order: list[RankNode] = []
     cursor = 0
     for survivor in survivors:
         hole = (survivor.previous_rank or 0) - cursor
@@ -221,7 +221,7 @@ class TopologyStrategy:
     3. **First round** (or ``stable = false``, or no node has a previous rank): nodes sorted
        by topology key.
     4. **Re-rendezvous** (``stable = true`` and some node has a
-       :attr:`~rallypoint.agent.ranks.NodeInfo.previous_rank`): *survivors* (nodes with a
+       :attr:`~rallypoint.agent.ranks.RankNode.previous_rank`): *survivors* (nodes with a
        previous rank) keep their relative order, sorted by previous rank (topology key on a
        tie); *newcomers* are sorted by topology key. Walking the survivors in that order with
        a cursor starting at 0: when a survivor's previous rank is above the cursor, the gap is
@@ -239,6 +239,6 @@ class TopologyStrategy:
 
     name = NAME
 
-    def assign(self, nodes: Sequence[NodeInfo], options: TopologyOptions | None = None) -> RankAssignment:
+    def assign(self, nodes: Sequence[RankNode], options: TopologyOptions | None = None) -> RankAssignment:
         """Assign ranks by topology; ``options`` default to :class:`TopologyOptions` ``()``."""
-        return assignment_from_order(topology_order(nodes, options))
+        return assign_blocks(topology_order(nodes, options))
