@@ -4,8 +4,11 @@
 config through the ``rallypoint_collective_backends`` hook and initialises torch's process group.
 The facade (``send``, ``recv``, ``isend``, ``irecv``, ``broadcast``, ``all_reduce``, ``reduce``,
 ``all_gather``, ``gather``, ``scatter``, ``barrier``, ``new_group``, ``get_rank``,
-``get_world_size``, ``ReduceOp``) lives in :mod:`rallypoint.collectives.facade`; every call
-accepts ``timeout=`` and raises :class:`CollectiveTimeout` naming the ranks that did not arrive.
+``get_world_size``, ``ReduceOp``) is gathered in :mod:`rallypoint.collectives.facade` from the
+modules that do each job: :mod:`~rallypoint.collectives.process_group` (``init``),
+:mod:`~rallypoint.collectives.ops` (the operations) and :mod:`~rallypoint.collectives.waiting`
+(the timeout engine). Every call accepts ``timeout=`` and raises :class:`CollectiveTimeout`
+naming the ranks that did not arrive.
 
 Importing this package does not import torch: the facade's names are loaded on first access.
 Hook specifications live in :mod:`rallypoint.collectives.hookspecs`.
