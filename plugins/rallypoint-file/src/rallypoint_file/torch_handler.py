@@ -11,12 +11,27 @@ from typing import Any
 
 
 def _open(run_id: str, params: Any) -> Any:
-    from rallypoint_file.backend import FileBackend
+    """The file backend for torch's ``RendezvousParameters``, validated with :class:`FileOptions`.
+
+    torchrun's arguments come from no job file, so this is where they are checked: the endpoint
+    is ``path``, ``--rdzv-conf poll_interval=...`` the poll interval.
+    """
+    from pydantic import ValidationError
+
+    from rallypoint_file.backend import FileBackend, FileOptions
 
     if not params.endpoint:
         raise ValueError("rallypoint-file needs --rdzv-endpoint DIR (a directory every node can reach)")
+    raw = {"path": params.endpoint}
     poll = params.get("poll_interval")
-    return FileBackend(params.endpoint, run_id, poll_interval=0.01 if poll is None else float(poll))
+    if poll is not None:
+        raw["poll_interval"] = poll
+    try:
+        opts = FileOptions.model_validate(raw)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        raise ValueError(f"rallypoint-file: invalid --rdzv-endpoint/--rdzv-conf: {problems}") from None
+    return FileBackend(opts.path, run_id, poll_interval=opts.poll_interval)
 
 
 def torchrun_creator() -> Callable[[Any], Any]:

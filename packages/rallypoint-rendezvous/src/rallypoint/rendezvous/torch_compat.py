@@ -12,7 +12,11 @@ Mapping:
   info is the round's ``MASTER_ADDR``/``MASTER_PORT`` (group rank 0's node, port chosen at
   run time). ``use_agent_store`` is False: worker rank 0 hosts the workers' TCPStore.
 * ``--rdzv-conf`` keys: ``join_timeout``, ``last_call_timeout``, ``close_timeout``,
-  ``heartbeat_interval`` (or torch's ``keep_alive_interval``), ``heartbeat_timeout``.
+  ``heartbeat_interval`` (or torch's ``keep_alive_interval``), ``heartbeat_timeout``; durations
+  (``30``, ``30s``, ``5m``), defaults those of :class:`~rallypoint.rendezvous.timeouts.RendezvousTimeouts`.
+  They do not come from a job file, so they are validated here
+  (:meth:`~rallypoint.rendezvous.timeouts.RendezvousTimeouts.from_options`); so are a backend's
+  own settings, by the ``(run_id, params) -> backend`` function the plugin passes in.
 * ``shutdown`` closes the rendezvous, as torch's own handlers do.
 """
 
@@ -192,19 +196,8 @@ class TorchRendezvousHandler(torch_api.RendezvousHandler):
 
 
 def _timeouts(params: Any) -> RendezvousTimeouts:
-    d = RendezvousTimeouts()
-
-    def num(key: str, default: float, alias: str | None = None) -> float:
-        raw = params.get(key, params.get(alias) if alias else None)
-        return default if raw is None else float(raw)
-
-    return RendezvousTimeouts(
-        join=num("join_timeout", d.join),
-        last_call=num("last_call_timeout", d.last_call),
-        close=num("close_timeout", d.close),
-        heartbeat_interval=num("heartbeat_interval", d.heartbeat_interval, "keep_alive_interval"),
-        heartbeat_timeout=num("heartbeat_timeout", d.heartbeat_timeout),
-    )
+    """The timeouts of torch's ``--rdzv-conf`` (validated here: no job file vouched for them)."""
+    return RendezvousTimeouts.from_options(params.get, where="--rdzv-conf")
 
 
 def torch_handler_creator(

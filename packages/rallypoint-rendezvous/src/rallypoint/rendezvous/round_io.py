@@ -1,0 +1,227 @@
+"""The I/O of the rendezvous algorithm: state-machine actions carried out against a backend.
+
+:class:`RoundIO` reads what :class:`~rallypoint.rendezvous.state.RendezvousStateMachine` needs
+(header, join counter, join records, heartbeats) and applies the writes it asks for. The handler
+and the property tests both use it, so both run exactly the same protocol. A completed round is
+turned into a :class:`RendezvousResult`.
+"""
+
+from __future__ import annotations
+
+import socket
+from dataclasses import dataclass, replace
+from typing import Any
+
+from rallypoint.rendezvous.backend import Entry, RendezvousBackend
+from rallypoint.rendezvous.errors import RendezvousStateError
+from rallypoint.rendezvous.state import (
+    HEADER_KEY,
+    ROUND_PREFIX,
+    TICKET_KEY,
+    Action,
+    CasHeader,
+    Finished,
+    Header,
+    JoinRecord,
+    NeedHeartbeats,
+    NeedJoins,
+    NodeInfo,
+    RemoveJoins,
+    RendezvousStateMachine,
+    View,
+    WriteJoin,
+    count_key,
+    heartbeat_key,
+    join_key,
+    join_prefix,
+)
+
+__all__ = ["KEEP_ROUNDS", "RendezvousResult", "RoundIO", "WorkerStoreInfo", "free_port"]
+
+#: Rounds older than ``round - KEEP_ROUNDS`` are garbage-collected when a round opens.
+KEEP_ROUNDS = 2
+
+
+@dataclass(frozen=True)
+class WorkerStoreInfo:
+    """Where workers find their store (torch ``env://``): group rank 0's address and port.
+
+    Attributes:
+        master_addr: value for ``MASTER_ADDR``.
+        master_port: value for ``MASTER_PORT``, chosen at run time by rank 0's node.
+    """
+
+    master_addr: str
+    master_port: int
+
+
+@dataclass(frozen=True)
+class RendezvousResult:
+    """The outcome of a completed round, identical on every member (except ``group_rank``).
+
+    Attributes:
+        run_id: the job's run id.
+        round: the round number.
+        group_rank: this node's rank among the nodes (0..num_nodes-1).
+        num_nodes: the number of nodes in the round.
+        participants: every member's record, in group-rank order.
+        store: the workers' store address (``MASTER_ADDR``/``MASTER_PORT``).
+    """
+
+    run_id: str
+    round: int
+    group_rank: int
+    num_nodes: int
+    participants: tuple[NodeInfo, ...]
+    store: WorkerStoreInfo
+
+    @property
+    def node(self) -> NodeInfo:
+        """The record of the node that owns this result."""
+        return self.participants[self.group_rank]
+
+
+def free_port(host: str = "") -> int:
+    """A TCP port that was free a moment ago (bind to port 0, then release)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def _heartbeat_value(entry: Entry | None) -> Any:
+    return None if entry is None else entry.value
+
+
+class RoundIO:
+    """Executes state-machine actions against a backend (the only I/O of the algorithm).
+
+    Shared by the handler and the tests, so both run exactly the same protocol.
+    """
+
+    def __init__(self, backend: RendezvousBackend, machine: RendezvousStateMachine) -> None:
+        self.backend = backend
+        self.machine = machine
+        self._hb_seq = 0
+
+    # -- reads ---------------------------------------------------------------------------
+    def read(self) -> View:
+        """Read the header and the join counter (one prefix list)."""
+        entries = self.backend.list(ROUND_PREFIX)
+        raw = entries.get(HEADER_KEY)
+        header = Header() if raw is None else Header.from_json(raw.value)
+        count = entries.get(count_key(header.round))
+        value = 0 if count is None else count.value
+        if not isinstance(value, int):
+            raise RendezvousStateError(f"malformed rendezvous join counter {count_key(header.round)!r}: {value!r}")
+        return View(header, None if raw is None else raw.version, value)
+
+    def read_joins(self, round_: int) -> dict[str, JoinRecord]:
+        """The join records of ``round_``, by node id."""
+        prefix = join_prefix(round_)
+        out = {}
+        for key, entry in self.backend.list(prefix).items():
+            record = JoinRecord.from_json(entry.value)
+            if key[len(prefix) :] != record.node.node_id:
+                raise RendezvousStateError(f"rendezvous join record {key!r} names node {record.node.node_id!r}")
+            out[record.node.node_id] = record
+        return out
+
+    def read_heartbeats(self, ids: tuple[str, ...]) -> dict[str, Any]:
+        """The heartbeat values of ``ids`` (``None`` when absent)."""
+        return {i: _heartbeat_value(self.backend.get(heartbeat_key(i))) for i in ids}
+
+    def decide(self, now: float) -> tuple[Action, View]:
+        """Read what the machine needs and return its action (not yet applied)."""
+        view = self.read()
+        for _ in range(4):
+            action = self.machine.step(view, now)
+            if isinstance(action, NeedJoins):
+                view = replace(view, joins=self.read_joins(view.header.round))
+            elif isinstance(action, NeedHeartbeats):
+                view = replace(view, heartbeats=self.read_heartbeats(action.node_ids))
+            else:
+                return action, view
+        raise AssertionError("rendezvous state machine asked for data repeatedly")  # pragma: no cover
+
+    # -- writes --------------------------------------------------------------------------
+    def heartbeat(self) -> None:
+        """Rewrite this node's own heartbeat record (the only key a heartbeat touches)."""
+        self._hb_seq += 1
+        self.backend.set(heartbeat_key(self.machine.node_id), {"inc": self.machine.incarnation, "seq": self._hb_seq})
+
+    def ensure_ticket(self) -> None:
+        """Take an arrival ticket once per incarnation."""
+        if self.machine.ticket is None:
+            self.machine.set_ticket(self.backend.add(TICKET_KEY, 1))
+
+    def apply(self, action: Action) -> bool:
+        """Carry out a write action; returns False when a compare-and-set lost a race."""
+        b = self.backend
+        if isinstance(action, WriteJoin):
+            key = join_key(action.round, self.machine.node_id)
+            written, _ = b.compare_and_set(key, action.record.to_json(), version=None)
+            if written:
+                b.add(count_key(action.round), 1)
+            else:  # a record of an earlier incarnation (or attempt): replace it, already counted
+                b.set(key, action.record.to_json())
+            self.machine.joined(action.round)
+            return True
+        if isinstance(action, RemoveJoins):
+            for node_id in action.node_ids:
+                if b.delete(join_key(action.round, node_id)):
+                    b.add(count_key(action.round), -1)
+            return True
+        if isinstance(action, CasHeader):
+            ok, _ = b.compare_and_set(HEADER_KEY, action.header.to_json(), version=action.expected)
+            if ok and not action.header.complete and not action.header.closed:
+                self._collect_garbage(action.header.round - KEEP_ROUNDS - 1)
+            return ok
+        return True
+
+    def withdraw(self) -> None:
+        """Remove this incarnation's join records from open rounds (after a timeout, or when leaving)."""
+        b = self.backend
+        me = self.machine.node_id
+        h = self.read().header
+        for r in (h.round, h.round + 1):
+            entry = b.get(join_key(r, me))
+            if (
+                entry is not None
+                and isinstance(entry.value, dict)
+                and entry.value.get("inc") == self.machine.incarnation
+                and not (h.complete and r == h.round)
+                and b.delete(join_key(r, me), version=entry.version)
+            ):
+                b.add(count_key(r), -1)
+        self.machine.forget_joins()
+
+    def _collect_garbage(self, round_: int) -> None:
+        if round_ < 0:
+            return
+        for key in self.backend.list(join_prefix(round_)):
+            self.backend.delete(key)
+        self.backend.delete(count_key(round_))
+
+    def result(self, finished: Finished) -> RendezvousResult:
+        """Build the result of a finished round from the members' join records."""
+        h = finished.header
+        joins = self.read_joins(h.round)
+        members = []
+        for m in h.participants:
+            record = joins.get(m.node_id)
+            if record is None or record.incarnation != m.incarnation:
+                raise RendezvousStateError(
+                    f"rendezvous round {h.round} lists node {m.node_id!r} but its join record "
+                    f"join/{h.round}/{m.node_id} is missing or from another incarnation"
+                )
+            members.append(record.node)
+        first = members[0]
+        port = first.master_port if first.master_port is not None else 0
+        return RendezvousResult(
+            run_id=self.backend.run_id,
+            round=h.round,
+            group_rank=finished.rank,
+            num_nodes=len(members),
+            participants=tuple(members),
+            store=WorkerStoreInfo(first.addr, port),
+        )
