@@ -7,12 +7,15 @@ import uuid
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 from rallypoint.core.plugins import get_plugin_manager
-from rallypoint.core.registry import RENDEZVOUS_BACKENDS
 from rallypoint.rendezvous.backend import Entry
+from rallypoint.rendezvous.config import RendezvousSection
 from rallypoint.rendezvous.errors import RendezvousStateError
-from rallypoint.rendezvous.handler import RendezvousHandler, open_backend
+from rallypoint.rendezvous.factory import open_backend, select_backend
+from rallypoint.rendezvous.handler import RendezvousHandler
+from rallypoint.rendezvous.records import RENDEZVOUS_BACKENDS
 from rallypoint.rendezvous.testing import MultiProcessHandlerConformance, make_node
 from rallypoint.rendezvous.timeouts import RendezvousTimeouts
 from rallypoint_file.backend import FileBackend, FileOptions
@@ -28,18 +31,29 @@ def test_registered_through_the_entry_point(tmp_path: Path) -> None:
     assert pm.registry(RENDEZVOUS_BACKENDS).entry("file").provider.distribution == "rallypoint-file"
 
 
-def test_open_backend_from_a_config_section(tmp_path: Path) -> None:
-    from rallypoint.core.config.models import RendezvousSection
-
-    section = RendezvousSection(backend="file", run_id="job-1", options={"path": str(tmp_path)})
-    backend = open_backend(section)
+def test_select_validates_the_options_once_and_open_backend_takes_them_as_given(tmp_path: Path) -> None:
+    selection = select_backend("file", {"path": str(tmp_path), "poll_interval": "0.02"})
+    assert isinstance(selection.options, FileOptions)
+    assert selection.options.poll_interval == 0.02
+    assert selection.provider is not None
+    assert selection.provider.distribution == "rallypoint-file"
+    backend = open_backend(selection, "job-1")
     assert isinstance(backend, FileBackend)
     assert backend.root == tmp_path / "job-1"
+    with pytest.raises(ValidationError, match="bogus"):
+        select_backend("file", {"path": str(tmp_path), "bogus": 1})
+
+
+def test_handler_from_a_config_section(tmp_path: Path) -> None:
+    section = RendezvousSection(backend="file", run_id="job-1", join_timeout="90s", options={"path": str(tmp_path)})
     handler = RendezvousHandler.from_config(section, make_node(0), min_nodes=1, max_nodes=1)
-    assert handler.timeouts.join == section.join_timeout
+    assert isinstance(handler.backend, FileBackend)
+    assert handler.run_id == "job-1"
+    assert handler.timeouts == RendezvousTimeouts.from_section(section)
+    assert handler.timeouts.join == 90.0
     bad = RendezvousSection(backend="file", run_id="job-1", options={"path": str(tmp_path), "bogus": 1})
-    with pytest.raises(Exception, match="bogus"):
-        open_backend(bad)
+    with pytest.raises(ValidationError, match="bogus"):
+        RendezvousHandler.from_config(bad, make_node(0), min_nodes=1, max_nodes=1)
 
 
 def test_corrupt_state_file_is_named(tmp_path: Path) -> None:
@@ -118,16 +132,20 @@ def test_64_processes_rendezvous(tmp_path: Path) -> None:
 def test_16_processes_rendezvous_well_within_a_heartbeat_interval(tmp_path: Path) -> None:
     """Waiters are woken by the change they wait for, not by a heartbeat-interval deadline.
 
-    With a 5 s heartbeat interval, a lost wake-up (a node sleeping until its next periodic
-    check) would take at least 5 s; a watch-driven rendezvous of 16 processes takes
-    milliseconds (the bound leaves room for forking 16 processes on a loaded machine).
+    With a 30 s heartbeat interval, a lost wake-up (a node sleeping until its next periodic
+    check) would take at least 30 s; a watch-driven rendezvous of 16 processes takes
+    milliseconds. The bound, half an interval, leaves room for forking 16 processes on a
+    loaded machine and still tells the two apart.
     """
     h = MultiProcessHandlerConformance()
-    timeouts = RendezvousTimeouts(join=60, last_call=30, close=5, heartbeat_interval=5, heartbeat_timeout=30)
-    elapsed = h._processes_rendezvous(
-        FileFactory(tmp_path), f"fast-{uuid.uuid4().hex[:6]}", 16, timeout=60, timeouts=timeouts
+    interval = 30.0
+    timeouts = RendezvousTimeouts(
+        join=4 * interval, last_call=interval, close=5, heartbeat_interval=interval, heartbeat_timeout=2 * interval
     )
-    assert elapsed < 1.0, f"16 processes took {elapsed:.2f} s to rendezvous (heartbeat interval 5 s)"
+    elapsed = h._processes_rendezvous(
+        FileFactory(tmp_path), f"fast-{uuid.uuid4().hex[:6]}", 16, timeout=4 * interval, timeouts=timeouts
+    )
+    assert elapsed < interval / 2, f"16 processes took {elapsed:.2f} s to rendezvous (heartbeat interval {interval:g}s)"
 
 
 def test_prefix_watch_ignores_writes_to_other_directories(tmp_path: Path) -> None:

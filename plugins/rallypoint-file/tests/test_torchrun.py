@@ -28,7 +28,7 @@ def test_rallypoint_import_does_not_import_torch() -> None:
         "import sys\n"
         "import rallypoint.rendezvous, rallypoint.rendezvous.handler, rallypoint_file.backend, rallypoint_file.hooks\n"
         "from rallypoint.core.plugins import get_plugin_manager\n"
-        "from rallypoint.core.registry import RENDEZVOUS_BACKENDS\n"
+        "from rallypoint.rendezvous.records import RENDEZVOUS_BACKENDS\n"
         "get_plugin_manager().registry(RENDEZVOUS_BACKENDS)\n"
         "assert 'torch' not in sys.modules, 'torch imported'\n"
     )
