@@ -48,4 +48,4 @@ def test_nccl_timeout_names_the_missing_rank(launch: Callable[..., Any]) -> None
     (seen,) = [json.loads(line) for line in result.workers[0].lines("TIMEOUT")]
     assert seen["missing"] == [1]
     assert seen["op"] == "all_reduce"
-    assert seen["elapsed"] <= 3.5
+    assert 2.5 <= seen["elapsed"] < 2.5 + 8.0, seen  # fired by the facade, not NCCL's watchdog (600 s)
