@@ -88,7 +88,7 @@ def _node_main(argv: list[str]) -> int:
     a = p.parse_args(argv)
 
     if a.node == "file":
-        from rallypoint.core.config.models import RendezvousSection
+        from rallypoint.rendezvous.config import RendezvousSection
         from rallypoint.rendezvous.handler import RendezvousHandler, default_node
 
         section = RendezvousSection(

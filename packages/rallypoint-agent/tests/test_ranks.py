@@ -30,11 +30,10 @@ from rallypoint.agent.ranks import (
     load_strategy,
     validate_assignment,
 )
-from rallypoint.agent.records import RankStrategyRecord
+from rallypoint.agent.records import RANK_STRATEGIES, RankStrategyRecord
 from rallypoint.core.config import Selection, load_job_config, resolve_config
 from rallypoint.core.errors import ConfigError, PluginError, RallypointError
 from rallypoint.core.plugins import get_plugin_manager, hookimpl
-from rallypoint.core.registry import RANK_STRATEGIES
 
 PREFIX = "rank strategy 'bad' produced an invalid assignment: "
 
@@ -580,6 +579,7 @@ def resolve_ranks(pm: Any, strategy: str, options: dict[str, Any]) -> Selection:
     """The ``ranks.strategy`` selection of a job selecting ``strategy`` with ``options``, as core resolves it."""
     loaded = load_job_config(
         None,
+        pm,
         environ={},
         overrides=[
             ("job.entrypoint", "train.py", "test"),

@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
+from rallypoint.agent.records import RANK_STRATEGIES
 from rallypoint.core.config import load_job_config, resolve_config
 from rallypoint.core.plugins import RallypointPluginManager, get_plugin_manager
-from rallypoint.core.registry import RANK_STRATEGIES
 
 #: ``resolve_options(strategy, options, pm=None)``: the validated ``[ranks.options]`` of a job.
 ResolveOptions = Callable[..., BaseModel | None]
@@ -25,8 +25,10 @@ def registry() -> Any:
 def _resolve_options(
     strategy: str, options: dict[str, Any], pm: RallypointPluginManager | None = None
 ) -> BaseModel | None:
+    pm = pm or get_plugin_manager(autoload=True)
     loaded = load_job_config(
         None,
+        pm,
         environ={},
         overrides=[
             ("job.entrypoint", "train.py", "test"),
@@ -34,7 +36,7 @@ def _resolve_options(
             ("ranks.options", options, "test"),
         ],
     )
-    return resolve_config(loaded, pm or get_plugin_manager(autoload=True)).selections["ranks.strategy"].options
+    return resolve_config(loaded, pm).selections["ranks.strategy"].options
 
 
 @pytest.fixture

@@ -280,7 +280,7 @@ SCRIPT = """
 import json, random
 from rallypoint.agent.ranks import RankNode, compute_assignment
 from rallypoint.core.plugins import get_plugin_manager
-from rallypoint.core.registry import RANK_STRATEGIES
+from rallypoint.agent.records import RANK_STRATEGIES
 
 registry = get_plugin_manager().registry(RANK_STRATEGIES)
 rng = random.Random(42)

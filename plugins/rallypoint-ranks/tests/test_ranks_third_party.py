@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 
 from rallypoint.agent.ranks import RankAssignmentError, RankNode, compute_assignment
+from rallypoint.agent.records import RANK_STRATEGIES
 from rallypoint.core.errors import ConfigError
 from rallypoint.core.plugins import get_plugin_manager
-from rallypoint.core.registry import RANK_STRATEGIES
 
 DOCS = Path(__file__).resolve().parents[3] / "docs" / "ranks.md"
 BLOCK_RE = re.compile(r'^```(\w+) title="([^"]+)"\n(.*?)^```$', re.MULTILINE | re.DOTALL)

@@ -1,14 +1,22 @@
-"""The agent package as a rallypoint plugin: adds its hook specifications and built-in strategies."""
+"""The agent package as a rallypoint plugin (essential entry point ``agent``).
+
+It adds its hook specifications, declares the rank-strategy kind and the ``[job]``, ``[nodes]``,
+``[ranks]`` and ``[agent]`` sections, and registers the ``default`` strategy and the ``run`` and
+``status`` commands.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 import pluggy
 
-from rallypoint.agent.records import RankStrategyRecord
+from rallypoint.agent.records import RANK_STRATEGIES, RankStrategyRecord
+from rallypoint.core.config import ConfigSection
 from rallypoint.core.plugins import hookimpl
 from rallypoint.core.records import CliCommand
+from rallypoint.core.registry import PluginKind
 
 
 @hookimpl
@@ -17,6 +25,20 @@ def rallypoint_addhooks(pluginmanager: pluggy.PluginManager) -> None:
     from rallypoint.agent import hookspecs
 
     pluginmanager.add_hookspecs(hookspecs)
+
+
+@hookimpl
+def rallypoint_plugin_kinds() -> list[PluginKind[Any]]:
+    """The rank-strategy kind, selected with ``ranks.strategy``."""
+    return [RANK_STRATEGIES]
+
+
+@hookimpl
+def rallypoint_config_sections() -> Iterable[ConfigSection]:
+    """``[job]``, ``[nodes]``, ``[ranks]`` and ``[agent]``."""
+    from rallypoint.agent.config import AGENT_SECTIONS
+
+    return AGENT_SECTIONS
 
 
 @hookimpl

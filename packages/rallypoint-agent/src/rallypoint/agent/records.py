@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rallypoint.core.records import BackendRecord
+from rallypoint.core.registry import PluginKind
 
-__all__ = ["RankStrategyRecord"]
+__all__ = ["RANK_STRATEGIES", "RankStrategyRecord"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -19,3 +20,12 @@ class RankStrategyRecord(BackendRecord):
             deterministic: every agent computes the whole assignment from the same inputs.
         options_model: pydantic model of ``[ranks.options]``.
     """
+
+
+#: The rank-strategy kind, declared by this package: ``pm.registry(RANK_STRATEGIES)``.
+RANK_STRATEGIES: PluginKind[RankStrategyRecord] = PluginKind(
+    hook="rallypoint_rank_strategies",
+    label="rank strategy",
+    record_class=RankStrategyRecord,
+    config_key="ranks.strategy",
+)

@@ -6,11 +6,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from rallypoint.core.records import BackendRecord, load_object
+from rallypoint.core.registry import PluginKind, SpecialValue
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
-__all__ = ["Availability", "BackendContext", "CollectiveBackendRecord"]
+__all__ = ["COLLECTIVE_BACKENDS", "Availability", "BackendContext", "CollectiveBackendRecord"]
 
 
 @dataclass(frozen=True)
@@ -94,3 +95,16 @@ class CollectiveBackendRecord(BackendRecord):
     def torch_name(self) -> str:
         """The backend name given to torch (``torch_backend``, else ``name``)."""
         return self.torch_backend or self.name
+
+
+#: The collective-backend kind, declared by this package: ``pm.registry(COLLECTIVE_BACKENDS)``.
+#: ``collectives.backend = "auto"`` is not a backend name: each worker picks the usable backend
+#: with the highest priority at run time.
+COLLECTIVE_BACKENDS: PluginKind[CollectiveBackendRecord] = PluginKind(
+    hook="rallypoint_collective_backends",
+    label="collective backend",
+    record_class=CollectiveBackendRecord,
+    config_key="collectives.backend",
+    special=(SpecialValue("auto", "picked at run time", needs_plugin=True),),
+    install_hint="pip install rallypoint-gloo",
+)

@@ -104,7 +104,7 @@ def backends_by_torch_name(
 
 
 def _registry(plugin_manager: RallypointPluginManager | None) -> tuple[Registry[CollectiveBackendRecord], str]:
-    from rallypoint.core.registry import COLLECTIVE_BACKENDS
+    from rallypoint.collectives.records import COLLECTIVE_BACKENDS
 
     if plugin_manager is None:
         from rallypoint.core.plugins import get_plugin_manager

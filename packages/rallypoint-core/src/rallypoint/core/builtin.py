@@ -1,9 +1,30 @@
-"""Hook implementations of ``rallypoint-core`` itself: the ``plugins`` and ``config`` commands."""
+"""Core's own plugin: the CLI-command kind and the ``plugins`` and ``config`` commands.
+
+Core declares its one plugin kind, :data:`CLI_COMMANDS`, the way every package declares its
+own (``rallypoint_plugin_kinds``). It declares no job-file section: those belong to the
+packages that read them.
+"""
 
 from __future__ import annotations
 
+from typing import Any
+
 from rallypoint.core.plugins import hookimpl
 from rallypoint.core.records import CliCommand
+from rallypoint.core.registry import PluginKind
+
+__all__ = ["CLI_COMMANDS"]
+
+#: Subcommands of the ``rallypoint`` command line (``rallypoint_cli_commands``).
+CLI_COMMANDS: PluginKind[CliCommand] = PluginKind(
+    hook="rallypoint_cli_commands", label="CLI command", record_class=CliCommand
+)
+
+
+@hookimpl
+def rallypoint_plugin_kinds() -> list[PluginKind[Any]]:
+    """Core's kind: CLI commands."""
+    return [CLI_COMMANDS]
 
 
 @hookimpl

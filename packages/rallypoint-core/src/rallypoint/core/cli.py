@@ -1,7 +1,7 @@
 """The ``rallypoint`` command line.
 
-The root command knows no subcommand of its own: every subcommand (``plugins``, ``config``,
-``run``...) is a :class:`~rallypoint.core.records.CliCommand` registered through the
+The root command knows no subcommand of its own: every subcommand (``plugins``, ``config`` and
+those of other packages) is a :class:`~rallypoint.core.records.CliCommand` registered through the
 ``rallypoint_cli_commands`` hook and imported only when used. A subcommand whose package is not
 installed is simply absent.
 
@@ -44,7 +44,7 @@ class PluginGroup(click.Group):
     """A click group whose subcommands come from the ``rallypoint_cli_commands`` hook."""
 
     def _records(self, ctx: click.Context) -> dict[str, Any]:
-        from rallypoint.core.registry import CLI_COMMANDS
+        from rallypoint.core.builtin import CLI_COMMANDS
 
         registry = plugin_manager(ctx).registry(CLI_COMMANDS)
         out = {}
@@ -93,20 +93,12 @@ class PluginGroup(click.Group):
 def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
     if not value or ctx.resilient_parsing:
         return
-    import importlib.metadata
+    from rallypoint.core.plugins import essential_distributions
 
-    from rallypoint.core.plugins import BUILTIN_PLUGINS
-
-    lines = []
-    for builtin in BUILTIN_PLUGINS:
-        try:
-            lines.append(f"{builtin.distribution} {importlib.metadata.version(builtin.distribution)}")
-        except importlib.metadata.PackageNotFoundError:
-            continue
-    core = lines[0].split()[-1] if lines else "unknown"
-    click.echo(f"rallypoint {core}")
-    for line in lines:
-        click.echo(f"  {line}")
+    found = essential_distributions()  # core first, then the essential packages
+    click.echo(f"rallypoint {found[0][1] or 'unknown'}")
+    for distribution, version in found:
+        click.echo(f"  {distribution} {version or 'unknown'}")
     ctx.exit(0)
 
 
@@ -117,19 +109,19 @@ def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> 
     expose_value=False,
     is_eager=True,
     callback=_print_version,
-    help="Show the versions of the installed rallypoint packages and exit.",
+    help="Show the versions of core and the essential packages installed, and exit.",
 )
 def cli() -> None:
     """rallypoint: launch and coordinate distributed PyTorch training.
 
-    Every layer is a plugin: rendezvous backends, rank strategies, collective backends, timers,
-    RPC transports and these subcommands. See `rallypoint plugins list` for what is installed.
+    Every layer is a plugin, and so is every subcommand below: installed packages declare the
+    kinds of plugins, the job-file sections and the commands. See `rallypoint plugins list`.
 
     \b
     Environment:
-      RALLYPOINT_<SECTION>_<KEY>          override a job file key, e.g. RALLYPOINT_NODES_MAX=4
+      RALLYPOINT_<SECTION>_<KEY>          override a job file key, e.g. RALLYPOINT_WIDGETS_COUNT=4
       RALLYPOINT_DISABLE_PLUGINS=a,b      never load these plugins
-      RALLYPOINT_DISABLE_PLUGIN_AUTOLOAD  load built-in packages only, no entry points
+      RALLYPOINT_DISABLE_PLUGIN_AUTOLOAD  load essential packages only, no other plugins
       RALLYPOINT_DEBUG=1                  show tracebacks of unexpected errors
     """
 

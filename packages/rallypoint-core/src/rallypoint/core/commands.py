@@ -13,14 +13,21 @@ from rallypoint.core.errors import ConfigError, ConfigIssue
 __all__ = ["config", "plugins"]
 
 
-def plugin_table(pm: Any, conflicts: list[str] | None = None) -> list[dict[str, Any]]:
-    """Every registered plugin with its distribution, version and registrations by kind.
+def _kinds_in_table_order(pm: Any) -> list[Any]:
+    """Kinds selected in the job file first, then the others (CLI commands), each in declaration order."""
+    kinds = list(pm.kinds())
+    return [k for k in kinds if k.config_key] + [k for k in kinds if not k.config_key]
 
-    A kind whose registrations conflict (one name registered twice) is left out of the table
-    and its error appended to ``conflicts``, so the rest of the listing is still shown.
+
+def plugin_table(pm: Any, conflicts: list[str] | None = None) -> list[dict[str, Any]]:
+    """Every registered plugin with its distribution, version, registrations and declarations.
+
+    Each row has ``registers`` (kind label to record names) and ``declares`` (the plugin kinds
+    and job-file sections the plugin declares). A kind whose registrations conflict (one name
+    registered twice) is left out of the table and its error appended to ``conflicts``, so the
+    rest of the listing is still shown.
     """
     from rallypoint.core.errors import PluginConflictError
-    from rallypoint.core.registry import KINDS
 
     rows: dict[str, dict[str, Any]] = {}
     for name, info in pm.infos.items():
@@ -30,10 +37,20 @@ def plugin_table(pm: Any, conflicts: list[str] | None = None) -> list[dict[str, 
             "name": name,
             "distribution": info.distribution,
             "version": info.version,
-            "builtin": info.builtin,
+            "essential": info.essential,
             "registers": {},
+            "declares": {"kinds": [], "sections": []},
         }
-    for kind in KINDS:
+    kinds = _kinds_in_table_order(pm)
+    for kind in kinds:
+        owner = rows.get(pm.declared_by.get(f"plugin kind {kind.hook}", ""))
+        if owner is not None:
+            owner["declares"]["kinds"].append(kind.label)
+    for section in pm.sections():
+        owner = rows.get(pm.declared_by.get(f"config section {section.name}", ""))
+        if owner is not None:
+            owner["declares"]["sections"].append(section.name)
+    for kind in kinds:
         try:
             registry = pm.registry(kind)
         except PluginConflictError as exc:
@@ -48,6 +65,16 @@ def plugin_table(pm: Any, conflicts: list[str] | None = None) -> list[dict[str, 
     return list(rows.values())
 
 
+def _row_lines(row: dict[str, Any]) -> list[str]:
+    lines = [f"{kind}: {', '.join(names)}" for kind, names in row["registers"].items()]
+    declares = row["declares"]
+    if declares["kinds"]:
+        lines.append(f"declares kinds: {', '.join(declares['kinds'])}")
+    if declares["sections"]:
+        lines.append(f"declares sections: {', '.join(f'[{name}]' for name in declares['sections'])}")
+    return lines or ["nothing yet"]
+
+
 @click.group()
 def plugins() -> None:
     """Inspect installed plugins."""
@@ -58,10 +85,10 @@ def plugins() -> None:
 def plugins_list(as_json: bool) -> int:
     """List every plugin: its distribution and version, and what it registers of each kind.
 
-    Built-in packages (core, rendezvous, agent, timer, collectives, rpc) are listed as well as
-    plugins found through the `rallypoint` entry-point group. Plugins that failed to load are
-    listed last with the reason. Exits 2 when two plugins register the same name (the listing
-    is still printed, with the conflict).
+    Essential packages (marked *, loaded even with RALLYPOINT_DISABLE_PLUGIN_AUTOLOAD) also show
+    the plugin kinds and job-file sections they declare. Plugins that failed to load are listed
+    last with the reason. Exits 2 when two plugins register the same name (the listing is still
+    printed, with the conflict).
     """
     pm = plugin_manager()
     conflicts: list[str] = []
@@ -78,14 +105,12 @@ def plugins_list(as_json: bool) -> int:
     width_dist = max([len("DISTRIBUTION"), *(len(d) for d in dists)])
     click.echo(f"{'PLUGIN':<{width_name}}  {'DISTRIBUTION':<{width_dist}}  REGISTERS")
     for row, dist in zip(rows, dists, strict=True):
-        regs = [f"{kind}: {', '.join(names)}" for kind, names in row["registers"].items()]
-        if not regs:
-            regs = ["hook specifications only" if row["builtin"] else "nothing yet"]
-        label = row["name"] + (" *" if row["builtin"] else "")
-        click.echo(f"{label:<{width_name}}  {dist:<{width_dist}}  {regs[0]}")
-        for more in regs[1:]:
+        lines = _row_lines(row)
+        label = row["name"] + (" *" if row["essential"] else "")
+        click.echo(f"{label:<{width_name}}  {dist:<{width_dist}}  {lines[0]}")
+        for more in lines[1:]:
             click.echo(f"{'':<{width_name}}  {'':<{width_dist}}  {more}")
-    click.echo("\n* built-in package (registered without an entry point)")
+    click.echo("\n* essential package (loaded even when RALLYPOINT_DISABLE_PLUGIN_AUTOLOAD is set)")
     if failures:
         click.echo("\nfailed to load:")
         for failure in failures:
@@ -115,7 +140,7 @@ def _parse_set(values: tuple[str, ...]) -> list[tuple[str, Any, str]]:
         key, sep, text = item.partition("=")
         key = key.strip()
         if not sep or not key:
-            issues.append(ConfigIssue("--set (command line)", item, "write it as KEY=VALUE, e.g. nodes.max=4"))
+            issues.append(ConfigIssue("--set (command line)", item, "write it as KEY=VALUE, e.g. section.key=4"))
             continue
         out.append((key, parse_value(text), f"--set {key} (command line)"))
     if issues:
@@ -131,22 +156,23 @@ def _parse_set(values: tuple[str, ...]) -> list[tuple[str, Any, str]]:
     "set_values",
     multiple=True,
     metavar="KEY=VALUE",
-    help="Override a key, e.g. --set rendezvous.join_timeout=5m (repeatable).",
+    help="Override a key, e.g. --set section.key=value (repeatable).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the resolved configuration as JSON.")
 def config_check(job_file: str, set_values: tuple[str, ...], as_json: bool) -> int:
     """Validate JOB_FILE and print the resolved configuration.
 
-    Both phases run: the file's structure, then every plugin it selects (rendezvous backend,
-    rank strategy, collective backend, timer, RPC transport) is looked up and its options table
-    validated. Each value is shown with where it was set: the file, a RALLYPOINT_* variable, a
-    --set flag, or the default. Exits 2 with every problem listed when the job is invalid.
+    Both phases run: the file's structure (the sections installed packages declare), then every
+    plugin it selects is looked up and its options table validated. Each value is shown with
+    where it was set: the file, a RALLYPOINT_* variable, a --set flag, or the default. Exits 2
+    with every problem listed when the job is invalid.
     """
     from rallypoint.core.config import load_job_config, render_resolved, resolve_config
     from rallypoint.core.config.render import resolved_as_dict
 
-    loaded = load_job_config(job_file, overrides=_parse_set(set_values))
-    resolved = resolve_config(loaded, plugin_manager())
+    pm = plugin_manager()
+    loaded = load_job_config(job_file, pm, overrides=_parse_set(set_values))
+    resolved = resolve_config(loaded, pm)
     if as_json:
         click.echo(json.dumps(resolved_as_dict(resolved), indent=2))
     else:

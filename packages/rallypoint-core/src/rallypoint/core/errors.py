@@ -1,6 +1,6 @@
 """Errors a user can act on.
 
-Every rallypoint error says what happened, where (file, key, plugin, rank or host) and what to
+Every rallypoint error says what happened, where (file, key, plugin, process or host) and what to
 do next. The CLI turns a :class:`RallypointError` into a one-paragraph message on stderr and exits
 with :attr:`RallypointError.exit_code`; it never prints a bare traceback for one.
 """
@@ -47,8 +47,8 @@ class PluginError(RallypointError):
 def did_you_mean(name: str, candidates: Iterable[str]) -> str | None:
     """Return the closest candidate to ``name``, or ``None`` when nothing is close.
 
-    >>> did_you_mean("etdc", ["etcd", "file", "grpc"])
-    'etcd'
+    >>> did_you_mean("acem", ["acme", "plain", "bent"])
+    'acme'
     """
     matches = difflib.get_close_matches(name, list(candidates), n=1, cutoff=0.6)
     return matches[0] if matches else None
@@ -58,10 +58,10 @@ class UnknownPluginError(PluginError):
     """A name was looked up in a registry that has no such entry.
 
     Attributes:
-        kind: what was looked up, e.g. ``"rendezvous backend"``.
+        kind: what was looked up, e.g. ``"widget backend"``.
         name: the name asked for.
         available: the names that do exist.
-        where: where the name came from, e.g. ``"rendezvous.backend in job.toml"``.
+        where: where the name came from, e.g. ``"widgets.backend in job.toml"``.
         suggestion: the closest available name, if any.
     """
 
@@ -140,7 +140,7 @@ class ConfigIssue:
     Attributes:
         source: where the value came from: a file path, ``RALLYPOINT_X (environment)`` or
             ``--set (command line)``; ``None`` for a default.
-        key: the dotted key path, e.g. ``rendezvous.options.endpoints[1]``; empty for the
+        key: the dotted key path, e.g. ``widgets.options.endpoints[1]``; empty for the
             whole file.
         message: what is wrong and, where possible, how to write it instead.
     """

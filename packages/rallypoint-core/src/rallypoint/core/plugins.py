@@ -2,18 +2,26 @@
 
 One pluggy project, ``rallypoint``: use :data:`hookimpl` to implement hooks and :data:`hookspec`
 to declare them. :func:`get_plugin_manager` builds a manager on demand (there is no module-level
-manager): it registers the built-in subsystems that are installed, loads the plugins advertised
-in the ``rallypoint`` entry-point group, and checks that every implemented hook has a
-specification, so a misspelled hook name is an error rather than silently ignored.
+manager): it registers core's own plugin, the *essential* packages (entry-point group
+``rallypoint.essential``), the plugins advertised in the ``rallypoint`` entry-point group, and
+checks that every implemented hook has a specification, so a misspelled hook name is an error
+rather than silently ignored.
+
+Core knows no subsystem: the framework's packages register like any plugin, through entry
+points. Those the framework cannot work without (the packages that declare hook specifications,
+plugin kinds and job-file sections) advertise theirs in ``rallypoint.essential``; those are
+loaded even when autoload is off. Each package then declares its plugin kinds
+(``rallypoint_plugin_kinds``) and its sections of the job file (``rallypoint_config_sections``);
+the manager collects both once every plugin is registered, and caches them.
 
 Environment controls:
 
 ``RALLYPOINT_DISABLE_PLUGIN_AUTOLOAD``
-    When set to a non-empty value other than ``0``, entry points are not loaded; only built-ins
-    (and plugins passed explicitly) are registered.
+    When set to a non-empty value other than ``0``, the ``rallypoint`` entry points are not
+    loaded; core and the essential packages (and plugins passed explicitly) still are.
 ``RALLYPOINT_DISABLE_PLUGINS``
-    Comma-separated plugin names (entry-point names such as ``etcd``, or built-in names such as
-    ``timer``) that are never registered.
+    Comma-separated plugin names (entry-point names, essential ones included) that are never
+    registered.
 """
 
 from __future__ import annotations
@@ -23,23 +31,29 @@ import importlib.metadata
 import importlib.util
 import os
 import warnings
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 import pluggy
 
 from rallypoint.core.errors import PluginConflictError, PluginError, PluginLoadError
 
 if TYPE_CHECKING:
+    from rallypoint.core.config.sections import ConfigSection, JobSchema
+    from rallypoint.core.records import PluginRecord
     from rallypoint.core.registry import PluginKind, Registry
 
+    R = TypeVar("R", bound=PluginRecord)
+
+T = TypeVar("T")
+
 __all__ = [
-    "BUILTIN_PLUGINS",
     "ENTRY_POINT_GROUP",
+    "ESSENTIAL_GROUP",
     "PROJECT_NAME",
-    "BuiltinPlugin",
+    "essential_distributions",
     "LoadFailure",
     "PluginInfo",
     "PluginLoadWarning",
@@ -51,7 +65,12 @@ __all__ = [
 ]
 
 PROJECT_NAME = "rallypoint"
+#: Entry points of plugins, loaded unless autoload is disabled.
 ENTRY_POINT_GROUP = "rallypoint"
+#: Entry points of essential packages, loaded even when autoload is disabled.
+ESSENTIAL_GROUP = "rallypoint.essential"
+#: The name of core's own plugin (the ``plugins`` and ``config`` commands).
+CORE_PLUGIN = "core"
 
 #: Marker for hook specifications: ``@hookspec`` on an empty function whose signature is the contract.
 hookspec = pluggy.HookspecMarker(PROJECT_NAME)
@@ -67,47 +86,22 @@ class PluginLoadWarning(UserWarning):
 
 
 @dataclass(frozen=True)
-class BuiltinPlugin:
-    """A framework package registered without an entry point, when it is installed.
-
-    Attributes:
-        name: plugin name, e.g. ``"rendezvous"``.
-        module: the module holding its hook implementations.
-        distribution: the distribution that ships it.
-    """
-
-    name: str
-    module: str
-    distribution: str
-
-
-#: The framework's own packages. Each is registered when installed, even with autoload off.
-BUILTIN_PLUGINS: tuple[BuiltinPlugin, ...] = (
-    BuiltinPlugin("core", "rallypoint.core.builtin", "rallypoint-core"),
-    BuiltinPlugin("rendezvous", "rallypoint.rendezvous.plugin", "rallypoint-rendezvous"),
-    BuiltinPlugin("agent", "rallypoint.agent.plugin", "rallypoint-agent"),
-    BuiltinPlugin("timer", "rallypoint.timer.plugin", "rallypoint-timer"),
-    BuiltinPlugin("collectives", "rallypoint.collectives.plugin", "rallypoint-collectives"),
-    BuiltinPlugin("rpc", "rallypoint.rpc.plugin", "rallypoint-rpc"),
-)
-
-
-@dataclass(frozen=True)
 class PluginInfo:
     """Where a registered plugin comes from.
 
     Attributes:
-        name: the plugin's name in the manager (entry-point name or built-in name).
-        distribution: the distribution that installed it, e.g. ``"rallypoint-etcd"``;
+        name: the plugin's name in the manager (its entry-point name).
+        distribution: the distribution that installed it, e.g. ``"acme-widgets"``;
             ``None`` for a plugin registered directly from code.
         version: that distribution's version, if known.
-        builtin: whether it is one of :data:`BUILTIN_PLUGINS`.
+        essential: whether it is core's own plugin or comes from the ``rallypoint.essential``
+            entry-point group (loaded even with autoload off).
     """
 
     name: str
     distribution: str | None
     version: str | None
-    builtin: bool = False
+    essential: bool = False
 
     def describe(self) -> str:
         """``"name (distribution version)"``, the way error messages name a plugin."""
@@ -138,7 +132,10 @@ def _env_flag(value: str | None) -> bool:
 class RallypointPluginManager(pluggy.PluginManager):
     """A :class:`pluggy.PluginManager` that remembers where each plugin came from.
 
-    Use :func:`get_plugin_manager` to build one.
+    It also collects what the installed packages declare: plugin kinds (:meth:`kinds`), job-file
+    sections (:meth:`sections`, :meth:`job_schema`) and each kind's registry (:meth:`registry`).
+    Each is collected on first use, after every plugin is registered, and cached until the next
+    registration. Use :func:`get_plugin_manager` to build one.
     """
 
     def __init__(self) -> None:
@@ -146,26 +143,138 @@ class RallypointPluginManager(pluggy.PluginManager):
         self.infos: dict[str, PluginInfo] = {}
         self.load_failures: list[LoadFailure] = []
         self.disabled: frozenset[str] = frozenset()
-        self._registries: dict[str, Registry[Any]] = {}
+        #: names of every essential plugin found installed (core's own included)
+        self.essential_names: list[str] = []
+        self._cache: dict[Hashable, Any] = {}
+        #: which plugin declared what: ``"plugin kind <hook>"``, ``"config key <key>"`` and
+        #: ``"config section <name>"`` to the plugin's name
+        self.declared_by: dict[str, str] = {}
+
+    def register(self, plugin: object, name: str | None = None) -> str | None:
+        """Register ``plugin`` (see :meth:`pluggy.PluginManager.register`); forgets cached declarations."""
+        self._cache.clear()
+        return super().register(plugin, name)
+
+    def unregister(self, plugin: object | None = None, name: str | None = None) -> Any | None:
+        """Unregister a plugin; forgets cached declarations."""
+        self._cache.clear()
+        return super().unregister(plugin, name)
 
     def register_plugin(self, plugin: object, info: PluginInfo) -> None:
         """Register ``plugin`` under ``info.name`` and remember its provenance."""
         self.register(plugin, name=info.name)
         self.infos[info.name] = info
-        self._registries.clear()
 
     def info_for(self, plugin: object) -> PluginInfo:
         """Provenance of a registered plugin object."""
         name = self.get_name(plugin) or repr(plugin)
         return self.infos.get(name) or PluginInfo(name=name, distribution=None, version=None)
 
-    def registry(self, kind: PluginKind) -> Registry[Any]:
-        """The registry of ``kind`` (collected once per manager, then cached)."""
+    def _cached(self, key: Hashable, build: Callable[[], T]) -> T:
+        if key not in self._cache:
+            self._cache[key] = build()
+        value: T = self._cache[key]
+        return value
+
+    def kinds(self) -> tuple[PluginKind[Any], ...]:
+        """Every plugin kind the registered packages declare, in registration order.
+
+        A plugin whose ``rallypoint_plugin_kinds`` raises or returns something else than
+        :class:`~rallypoint.core.registry.PluginKind` objects, or declares a hook or config key
+        another plugin declared first, is a load failure (a warning) and declares nothing.
+        """
+        from rallypoint.core.registry import PluginKind
+
+        def keys(kind: PluginKind[Any]) -> list[tuple[str, str]]:
+            return [("plugin kind", kind.hook)] + ([("config key", kind.config_key)] if kind.config_key else [])
+
+        return self._cached("kinds", lambda: tuple(self._declarations("rallypoint_plugin_kinds", PluginKind, keys)))
+
+    def kind(self, hook: str) -> PluginKind[Any]:
+        """The declared kind whose registration hook is ``hook``.
+
+        Raises:
+            PluginError: no registered package declares it.
+        """
+        for kind in self.kinds():
+            if kind.hook == hook:
+                return kind
+        declared = ", ".join(k.hook for k in self.kinds()) or "none"
+        raise PluginError(
+            f"no installed package declares the plugin kind {hook!r} (declared: {declared}); "
+            "see rallypoint plugins list"
+        )
+
+    def sections(self) -> tuple[ConfigSection, ...]:
+        """Every job-file section the registered packages declare, in registration order.
+
+        A plugin declaring a section another plugin declared first is a load failure.
+        """
+        from rallypoint.core.config.sections import ConfigSection
+
+        def keys(section: ConfigSection) -> list[tuple[str, str]]:
+            return [("config section", section.name)]
+
+        return self._cached(
+            "sections", lambda: tuple(self._declarations("rallypoint_config_sections", ConfigSection, keys))
+        )
+
+    def job_schema(self) -> JobSchema:
+        """The schema of a job file made of :meth:`sections` (built once per set of sections)."""
+        from rallypoint.core.config.sections import build_schema
+
+        return build_schema(self.sections())
+
+    @overload
+    def registry(self, kind: PluginKind[R]) -> Registry[R]: ...
+
+    @overload
+    def registry(self, kind: str) -> Registry[Any]: ...
+
+    def registry(self, kind: PluginKind[Any] | str) -> Registry[Any]:
+        """The registry of ``kind``: a kind object, or the name of a declared kind's hook.
+
+        Collected once per manager (and again after a registration). A kind object that no
+        registered package declares (its package is disabled) gives an empty registry whose
+        ``declared`` is false.
+
+        Raises:
+            PluginError: ``kind`` is a hook name that no registered package declares.
+            PluginConflictError: two plugins registered the same name of this kind.
+        """
         from rallypoint.core.registry import Registry
 
-        if kind.hook not in self._registries:
-            self._registries[kind.hook] = Registry.collect(self, kind)
-        return self._registries[kind.hook]
+        if isinstance(kind, str):
+            kind = self.kind(kind)
+        found = kind
+        return self._cached(("registry", kind), lambda: Registry.collect(self, found))
+
+    def _declarations(self, hook: str, expected: type[T], keys: Callable[[T], list[tuple[str, str]]]) -> list[T]:
+        caller = getattr(self.hook, hook, None)
+        if caller is None:
+            return []
+        out: list[T] = []
+        owners: dict[tuple[str, str], PluginInfo] = {}
+        for impl in caller.get_hookimpls():  # registration order
+            info = self.info_for(impl.plugin)
+            try:
+                items = list(impl.function() or ())
+                mine: dict[tuple[str, str], PluginInfo] = {}
+                for item in items:
+                    if not isinstance(item, expected):
+                        raise PluginError(f"{hook} returned {item!r}; expected {expected.__name__} objects")
+                    for key in keys(item):
+                        first = owners.get(key) or mine.get(key)
+                        if first is not None:
+                            raise PluginConflictError(key[0], key[1], first.describe(), info.describe())
+                        mine[key] = info
+            except Exception as exc:  # noqa: BLE001 - one broken plugin must not hide the others
+                self._fail(info, PluginLoadError(info.name, info.describe(), exc))
+                continue
+            owners.update(mine)
+            self.declared_by.update({f"{what} {name}": info.name for what, name in mine})
+            out.extend(items)
+        return out
 
     def failure_named(self, name: str) -> LoadFailure | None:
         """The load failure of the plugin called ``name``, if it failed to load."""
@@ -186,29 +295,34 @@ class RallypointPluginManager(pluggy.PluginManager):
         warnings.warn(str(error), PluginLoadWarning, stacklevel=3)
 
 
-def _load_builtins(pm: RallypointPluginManager) -> None:
-    for builtin in BUILTIN_PLUGINS:
-        if builtin.name in pm.disabled:
-            continue
-        info = PluginInfo(builtin.name, builtin.distribution, _version_of(builtin.distribution), builtin=True)
-        try:
-            if importlib.util.find_spec(builtin.module) is None:
-                continue
-        except ImportError:  # the parent package is not installed
-            continue
-        try:
-            module = importlib.import_module(builtin.module)
-            pm.register_plugin(module, info)
-        except Exception as exc:  # noqa: BLE001 - a broken package must not break the others
-            pm._fail(info, exc)
+def essential_distributions() -> list[tuple[str, str | None]]:
+    """``(distribution, version)`` of core and of every installed essential package, without importing them."""
+    found = [("rallypoint-core", _version_of("rallypoint-core"))]
+    for ep in sorted(importlib.metadata.entry_points(group=ESSENTIAL_GROUP), key=lambda e: e.name):
+        if ep.dist is not None and ep.dist.name not in {name for name, _ in found}:
+            found.append((ep.dist.name, ep.dist.version))
+    return found
 
 
-def _load_entry_points(pm: RallypointPluginManager) -> None:
+def _load_core(pm: RallypointPluginManager) -> None:
+    pm.essential_names.append(CORE_PLUGIN)
+    if CORE_PLUGIN in pm.disabled:
+        return
+    from rallypoint.core import builtin
+
+    info = PluginInfo(CORE_PLUGIN, "rallypoint-core", _version_of("rallypoint-core"), essential=True)
+    pm.register_plugin(builtin, info)
+
+
+def _load_entry_points(pm: RallypointPluginManager, group: str) -> None:
+    essential = group == ESSENTIAL_GROUP
     seen: dict[str, PluginInfo] = {}
-    for ep in sorted(importlib.metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
+    for ep in sorted(importlib.metadata.entry_points(group=group), key=lambda e: e.name):
         dist = ep.dist.name if ep.dist is not None else None
         version = ep.dist.version if ep.dist is not None else None
-        info = PluginInfo(ep.name, dist, version)
+        info = PluginInfo(ep.name, dist, version, essential=essential)
+        if essential and ep.name not in pm.essential_names:
+            pm.essential_names.append(ep.name)
         if ep.name in pm.disabled:
             continue
         if ep.name in seen:
@@ -219,16 +333,9 @@ def _load_entry_points(pm: RallypointPluginManager) -> None:
             continue
         seen[ep.name] = info
         if pm.has_plugin(ep.name):
-            pm._fail(
-                info,
-                PluginLoadError(
-                    ep.name,
-                    f"{dist} {version}",
-                    PluginConflictError(
-                        "plugin", ep.name, pm.info_for(pm.get_plugin(ep.name)).describe(), info.describe()
-                    ),
-                ),
-            )
+            first = pm.info_for(pm.get_plugin(ep.name)).describe()
+            conflict = PluginConflictError("plugin", ep.name, first, info.describe())
+            pm._fail(info, PluginLoadError(ep.name, f"{dist} {version}", conflict))
             continue
         try:
             plugin = ep.load()
@@ -238,15 +345,15 @@ def _load_entry_points(pm: RallypointPluginManager) -> None:
 
 
 def _set_aside_orphans(pm: RallypointPluginManager) -> None:
-    """Turn plugins that implement hooks of an absent built-in package into load failures.
+    """Turn plugins that implement hooks of an absent essential package into load failures.
 
-    When a built-in package is disabled (``RALLYPOINT_DISABLE_PLUGINS=collectives``) or not
-    installed, its hook specifications are never added, so every plugin implementing its hooks
-    would fail :meth:`~pluggy.PluginManager.check_pending` and stop every command. Such a plugin is
-    unregistered and reported instead. With every built-in present an unknown hook is still an
-    error (a misspelled hook name).
+    When an essential package is disabled (``RALLYPOINT_DISABLE_PLUGINS=<name>``) or failed to
+    load, its hook specifications are never added, so every plugin implementing its hooks would
+    fail :meth:`~pluggy.PluginManager.check_pending` and stop every command. Such a plugin is
+    unregistered and reported instead. With every essential package present an unknown hook is
+    still an error (a misspelled hook name, or a package that is not installed).
     """
-    missing = [b.name for b in BUILTIN_PLUGINS if not pm.has_plugin(b.name)]
+    missing = [name for name in pm.essential_names if not pm.has_plugin(name)]
     if not missing:
         return
     for hook_name in list(vars(pm.hook)):
@@ -255,14 +362,14 @@ def _set_aside_orphans(pm: RallypointPluginManager) -> None:
             continue
         for impl in caller.get_hookimpls():
             info = pm.info_for(impl.plugin)
-            if impl.optionalhook or info.builtin or not pm.is_registered(impl.plugin):
+            if impl.optionalhook or info.essential or not pm.is_registered(impl.plugin):
                 continue
             pm.unregister(impl.plugin)
             pm._fail(
                 info,
                 PluginError(
                     f"it implements {hook_name}, a hook that no installed package declares "
-                    f"(built-in packages disabled or not installed: {', '.join(missing)})"
+                    f"(essential packages disabled or not loaded: {', '.join(missing)})"
                 ),
             )
 
@@ -276,11 +383,15 @@ def get_plugin_manager(
 ) -> RallypointPluginManager:
     """Build a fresh, fully loaded plugin manager.
 
+    Registers, in this order: core's own plugin, the essential packages (entry-point group
+    ``rallypoint.essential``, by name), the plugins of the ``rallypoint`` group (by name) unless
+    autoload is off, then ``plugins``.
+
     Args:
         plugins: extra plugin objects (modules or instances with ``@hookimpl`` methods) to register
-            after the built-ins, e.g. from tests. A mapping gives them names.
+            last, e.g. from tests. A mapping gives them names.
         autoload: load the ``rallypoint`` entry points; default: unless
-            ``RALLYPOINT_DISABLE_PLUGIN_AUTOLOAD`` is set.
+            ``RALLYPOINT_DISABLE_PLUGIN_AUTOLOAD`` is set. Essential packages load either way.
         disabled: plugin names never to register; default: ``RALLYPOINT_DISABLE_PLUGINS``.
         environ: where to read the environment controls (default :data:`os.environ`).
 
@@ -291,8 +402,8 @@ def get_plugin_manager(
 
     Raises:
         pluggy.PluginValidationError: a registered plugin implements a hook that no
-            specification declares (usually a misspelled hook name). When a built-in package
-            is disabled or not installed, plugins implementing hooks nobody declares are
+            specification declares (usually a misspelled hook name). When an essential package
+            is disabled or failed to load, plugins implementing hooks nobody declares are
             unregistered and reported as load failures instead.
 
     Example:
@@ -312,11 +423,12 @@ def get_plugin_manager(
     pm.add_hookspecs(hookspecs)
     pm.hook.rallypoint_addhooks.call_historic(kwargs={"pluginmanager": pm})
 
-    _load_builtins(pm)
+    _load_core(pm)
+    _load_entry_points(pm, ESSENTIAL_GROUP)
     if autoload is None:
         autoload = not _env_flag(env.get(DISABLE_AUTOLOAD_ENV))
     if autoload:
-        _load_entry_points(pm)
+        _load_entry_points(pm, ENTRY_POINT_GROUP)
 
     items: Iterable[tuple[str | None, object]] = (
         plugins.items() if isinstance(plugins, Mapping) else ((None, p) for p in plugins)
@@ -360,9 +472,10 @@ def _hook_error(pm: RallypointPluginManager, exc: pluggy.PluginValidationError) 
     ]
     hook = unknown[0] if unknown else "?"
     guess = did_you_mean(hook, known)
-    hint = f"; did you mean {guess!r}?" if guess else ""
+    hint = f"; did you mean {guess!r}?" if guess else "."
     return UnknownHookError(
         exc.plugin,
         f"plugin {info.describe()} implements {hook!r}, a hook that no installed package declares{hint} "
-        f"Fix the hook name in the plugin, or disable it with {DISABLE_PLUGINS_ENV}={info.name}",
+        f"Fix the hook name in the plugin, install the package that declares it, "
+        f"or disable the plugin with {DISABLE_PLUGINS_ENV}={info.name}",
     )

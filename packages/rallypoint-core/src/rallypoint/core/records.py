@@ -1,11 +1,11 @@
 """Typed registration records.
 
-Registration hooks (``rallypoint_rendezvous_backends`` and friends) return iterables of these
+Registration hooks (``rallypoint_<subsystem>_<things>``, one per plugin kind) return iterables of these
 frozen dataclasses. Every record has a ``name``, optional ``aliases`` and a one-line ``summary``;
 each kind adds its own typed fields in a subclass that lives with its subsystem.
 
 Heavy code is never imported to build a record: implementations are named by an import path
-(``"rallypoint_etcd.backend:EtcdBackend"``) and loaded with :func:`load_object` only when the
+(``"acme_widgets.backend:WidgetBackend"``) and loaded with :func:`load_object` only when the
 plugin is actually used.
 """
 
@@ -70,8 +70,8 @@ class Requirement:
     """A Python module a plugin needs at run time, and how to install it.
 
     Attributes:
-        module: the importable module name, e.g. ``"pyetcd"``.
-        install: what to give to ``pip install``, e.g. ``"etcd-sdk-python"``.
+        module: the importable module name, e.g. ``"acme_sdk"``.
+        install: what to give to ``pip install``, e.g. ``"acme-sdk-python"``.
     """
 
     module: str
@@ -90,7 +90,7 @@ class PluginRecord:
     """Common base of every registration record.
 
     Attributes:
-        name: the name users select in config, e.g. ``"etcd"``. Lower case letters, digits,
+        name: the name users select in config, e.g. ``"acme"``. Lower case letters, digits,
             ``-`` and ``_``; compared after :func:`normalize_name`.
         aliases: other accepted names.
         summary: one line shown by ``rallypoint plugins list``.
@@ -121,7 +121,7 @@ class BackendRecord(PluginRecord):
     Attributes:
         factory: import path of the implementation, loaded only when used.
         options_model: pydantic model validating the plugin's ``options`` table
-            (``[rendezvous.options]`` for a rendezvous backend); ``None`` accepts no options.
+            (``[widgets.options]`` for a widget backend selected by ``widgets.backend``); ``None`` accepts no options.
         requires: Python modules the implementation needs; a selected plugin whose requirement is
             missing is a clear error naming the ``pip install`` to run.
     """

@@ -1,126 +1,119 @@
-"""Generic, typed registries built from registration hooks.
+"""Plugin kinds and the generic, typed registries built from their registration hooks.
 
-A :class:`PluginKind` names one registration hook (``rallypoint_rendezvous_backends``) and how
-users refer to what it registers (``"rendezvous backend"``). :meth:`Registry.collect` calls every
-implementation of that hook, flattens the records, normalises names and aliases, and refuses
-duplicates, naming both providing distributions.
+A :class:`PluginKind` names one registration hook (``rallypoint_<subsystem>_<things>``), how users
+refer to what it registers, the record class its implementations return and, for kinds selected in
+the job file, the config key that selects one. Kinds are declared by the packages that own them,
+through the ``rallypoint_plugin_kinds`` hook; core knows none of them in advance.
+
+:meth:`Registry.collect` calls every implementation of a kind's hook, flattens the records,
+normalises names and aliases, and refuses duplicates, naming both providing distributions.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Generic, TypeVar
 
 from rallypoint.core.errors import PluginConflictError, PluginError, PluginLoadError, UnknownPluginError
-from rallypoint.core.records import BackendRecord, CliCommand, PluginRecord, load_object, normalize_name
+from rallypoint.core.records import BackendRecord, PluginRecord, normalize_name
 
 if TYPE_CHECKING:
     from rallypoint.core.plugins import PluginInfo, RallypointPluginManager
 
 __all__ = [
-    "CLI_COMMANDS",
-    "COLLECTIVE_BACKENDS",
-    "KINDS",
-    "RANK_STRATEGIES",
-    "RENDEZVOUS_BACKENDS",
-    "RPC_TRANSPORTS",
-    "TIMER_BACKENDS",
     "Entry",
     "PluginKind",
     "Registry",
+    "SpecialValue",
 ]
 
 R = TypeVar("R", bound=PluginRecord)
 
+_HOOK_RE = re.compile(r"^rallypoint_[a-z0-9_]+$")
+_CONFIG_KEY_RE = re.compile(r"^[a-z][a-z0-9]*\.[a-z][a-z0-9_]*$")
+
 
 @dataclass(frozen=True)
-class PluginKind:
-    """One kind of registrable thing.
+class SpecialValue:
+    """A value of a selector key that is not a plugin name, e.g. ``"auto"`` or ``"off"``.
 
     Attributes:
-        hook: the registration hook's name, e.g. ``"rallypoint_rendezvous_backends"``.
-        label: how messages call one of them, e.g. ``"rendezvous backend"``.
-        distribution: the distribution that declares the hook specification; when it is not
-            installed, nothing of this kind can be registered.
-        record_type: the record class implementations must return (a base class that core knows).
-        config_key: where the job file selects one, e.g. ``"rendezvous.backend"``.
-        record_class: import path of the subsystem's own record class, e.g.
-            ``"rallypoint.rendezvous.records:RendezvousBackendRecord"``; when set, records must be
-            instances of it. It is imported only when the registry is collected, i.e. only when
-            the subsystem that declares the hook is installed.
+        value: the value as written in the job file.
+        meaning: what it means, for people: ``"disabled"``, ``"picked at run time"``.
+        needs_plugin: the value still needs at least one plugin of the kind to be installed
+            (``"auto"`` picks among them); resolution fails, with the kind's install hint, when
+            none is.
+    """
+
+    value: str
+    meaning: str
+    needs_plugin: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class PluginKind(Generic[R]):
+    """One kind of registrable thing, declared by the package that owns it.
+
+    Attributes:
+        hook: the registration hook's name, e.g. ``"rallypoint_widget_backends"``. The
+            declaring package also adds its specification (``rallypoint_addhooks``).
+        label: how messages call one of them, e.g. ``"widget backend"``.
+        record_class: the record class implementations must return (a :class:`PluginRecord`
+            subclass); a registry of this kind holds records of exactly this type.
+        config_key: where the job file selects one, ``"<section>.<key>"`` (e.g.
+            ``"widgets.backend"``); the section's ``options`` table is validated against the
+            selected record's ``options_model``, so such a kind's records are
+            :class:`~rallypoint.core.records.BackendRecord` subclasses. ``None`` for kinds not
+            selected in the job file.
+        special: values of the config key that are not plugin names.
+        install_hint: what to tell users who have none of this kind installed, e.g.
+            ``"pip install <a package providing one>"``.
+
+    Example:
+        >>> from rallypoint.core.records import BackendRecord
+        >>> kind = PluginKind(hook="rallypoint_widgets", label="widget", record_class=BackendRecord,
+        ...                   config_key="widgets.kind", special=(SpecialValue("off", "disabled"),))
+        >>> kind.section, kind.key, kind.special_value("off").meaning
+        ('widgets', 'kind', 'disabled')
     """
 
     hook: str
     label: str
-    distribution: str
-    record_type: type[PluginRecord] = PluginRecord
+    record_class: type[R]
     config_key: str | None = None
-    record_class: str | None = None
+    special: tuple[SpecialValue, ...] = ()
+    install_hint: str = ""
 
-    def expected_type(self) -> type[PluginRecord]:
-        """The record class implementations of :attr:`hook` must return."""
-        if self.record_class:
-            try:
-                cls = load_object(self.record_class)
-            except PluginError:  # the declaring subsystem is not importable: check the base only
-                return self.record_type
-            if isinstance(cls, type) and issubclass(cls, self.record_type):
-                return cls
-        return self.record_type
+    def __post_init__(self) -> None:
+        problem = None
+        if not _HOOK_RE.match(self.hook):
+            problem = f"hook {self.hook!r} must be named rallypoint_<subsystem>_<things>"
+        elif not (isinstance(self.record_class, type) and issubclass(self.record_class, PluginRecord)):
+            problem = f"record_class {self.record_class!r} is not a PluginRecord subclass"
+        elif self.config_key is not None and not _CONFIG_KEY_RE.match(self.config_key):
+            problem = f"config_key {self.config_key!r} must be '<section>.<key>', e.g. 'widgets.backend'"
+        elif self.config_key is not None and not issubclass(self.record_class, BackendRecord):
+            problem = "a kind selected in the job file (config_key) needs BackendRecord records"
+        elif self.special and self.config_key is None:
+            problem = "special values need a config_key"
+        if problem:
+            raise PluginError(f"invalid plugin kind {self.label!r}: {problem}")
 
+    @property
+    def section(self) -> str | None:
+        """The job-file section of :attr:`config_key` (``"widgets"``), if any."""
+        return self.config_key.partition(".")[0] if self.config_key else None
 
-RENDEZVOUS_BACKENDS = PluginKind(
-    "rallypoint_rendezvous_backends",
-    "rendezvous backend",
-    "rallypoint-rendezvous",
-    BackendRecord,
-    config_key="rendezvous.backend",
-    record_class="rallypoint.rendezvous.records:RendezvousBackendRecord",
-)
-RANK_STRATEGIES = PluginKind(
-    "rallypoint_rank_strategies",
-    "rank strategy",
-    "rallypoint-agent",
-    BackendRecord,
-    config_key="ranks.strategy",
-    record_class="rallypoint.agent.records:RankStrategyRecord",
-)
-COLLECTIVE_BACKENDS = PluginKind(
-    "rallypoint_collective_backends",
-    "collective backend",
-    "rallypoint-collectives",
-    BackendRecord,
-    config_key="collectives.backend",
-    record_class="rallypoint.collectives.records:CollectiveBackendRecord",
-)
-TIMER_BACKENDS = PluginKind(
-    "rallypoint_timer_backends",
-    "timer backend",
-    "rallypoint-timer",
-    BackendRecord,
-    config_key="timer.watchdog",
-    record_class="rallypoint.timer.records:TimerBackendRecord",
-)
-RPC_TRANSPORTS = PluginKind(
-    "rallypoint_rpc_transports",
-    "RPC transport",
-    "rallypoint-rpc",
-    BackendRecord,
-    config_key="rpc.transport",
-    record_class="rallypoint.rpc.records:RpcTransportRecord",
-)
-CLI_COMMANDS = PluginKind("rallypoint_cli_commands", "CLI command", "rallypoint-core", CliCommand)
+    @property
+    def key(self) -> str | None:
+        """The key within the section (``"backend"``), if any."""
+        return self.config_key.partition(".")[2] if self.config_key else None
 
-#: Every registration kind, in the order ``rallypoint plugins list`` shows them.
-KINDS: tuple[PluginKind, ...] = (
-    RENDEZVOUS_BACKENDS,
-    RANK_STRATEGIES,
-    COLLECTIVE_BACKENDS,
-    TIMER_BACKENDS,
-    RPC_TRANSPORTS,
-    CLI_COMMANDS,
-)
+    def special_value(self, value: str) -> SpecialValue | None:
+        """The :class:`SpecialValue` written ``value``, or ``None`` for a plugin name."""
+        return next((s for s in self.special if s.value == value), None)
 
 
 @dataclass(frozen=True)
@@ -138,7 +131,7 @@ class Registry(Generic[R]):
     """
 
     def __init__(
-        self, kind: PluginKind, entries: list[Entry[R]], *, declared: bool = True, broken: tuple[str, ...] = ()
+        self, kind: PluginKind[R], entries: list[Entry[R]], *, declared: bool = True, broken: tuple[str, ...] = ()
     ) -> None:
         self.kind = kind
         self.declared = declared
@@ -153,10 +146,10 @@ class Registry(Generic[R]):
                 self._by_name[name] = entry
 
     @classmethod
-    def collect(cls, pm: RallypointPluginManager, kind: PluginKind) -> Registry[R]:
+    def collect(cls, pm: RallypointPluginManager, kind: PluginKind[R]) -> Registry[R]:
         """Call every implementation of ``kind.hook`` and build the registry.
 
-        A plugin whose hook raises, or returns something that is not a ``kind.expected_type()``, is
+        A plugin whose hook raises, or returns something that is not a ``kind.record_class``, is
         reported as a load failure (a warning) and contributes nothing.
 
         Raises:
@@ -167,7 +160,7 @@ class Registry(Generic[R]):
         if caller is None or not caller.has_spec():
             return cls(kind, [], declared=False, broken=broken)
         entries: list[Entry[R]] = []
-        expected = kind.expected_type()
+        expected = kind.record_class
         # get_hookimpls() lists implementations in registration order (pluggy *calls* them in
         # reverse); keep that order so that "first" and "second" in conflicts mean what they say.
         for impl in caller.get_hookimpls():
@@ -190,7 +183,7 @@ class Registry(Generic[R]):
         Args:
             name: the name as the user wrote it.
             where: where the name came from, quoted in the error, e.g.
-                ``"rendezvous.backend in job.toml"``.
+                ``"widgets.backend in job.toml"``.
 
         Raises:
             UnknownPluginError: no such name; the message lists what is available and the closest match.

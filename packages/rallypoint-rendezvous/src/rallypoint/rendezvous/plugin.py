@@ -1,11 +1,19 @@
-"""The rendezvous package as a rallypoint plugin: adds its hook specifications and the ``memory`` backend."""
+"""The rendezvous package as a rallypoint plugin (essential entry point ``rendezvous``).
+
+It adds its hook specifications, declares the rendezvous-backend kind and the ``[rendezvous]``
+section, and registers the ``memory`` backend.
+"""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pluggy
 
+from rallypoint.core.config import ConfigSection
 from rallypoint.core.plugins import hookimpl
-from rallypoint.rendezvous.records import RendezvousBackendRecord
+from rallypoint.core.registry import PluginKind
+from rallypoint.rendezvous.records import RENDEZVOUS_BACKENDS, RendezvousBackendRecord
 
 
 @hookimpl
@@ -14,6 +22,20 @@ def rallypoint_addhooks(pluginmanager: pluggy.PluginManager) -> None:
     from rallypoint.rendezvous import hookspecs
 
     pluginmanager.add_hookspecs(hookspecs)
+
+
+@hookimpl
+def rallypoint_plugin_kinds() -> list[PluginKind[Any]]:
+    """The rendezvous-backend kind, selected with ``rendezvous.backend``."""
+    return [RENDEZVOUS_BACKENDS]
+
+
+@hookimpl
+def rallypoint_config_sections() -> list[ConfigSection]:
+    """``[rendezvous]``."""
+    from rallypoint.rendezvous.config import RENDEZVOUS_SECTION
+
+    return [RENDEZVOUS_SECTION]
 
 
 @hookimpl

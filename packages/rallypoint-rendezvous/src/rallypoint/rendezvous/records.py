@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rallypoint.core.records import BackendRecord
+from rallypoint.core.registry import PluginKind
 
-__all__ = ["RendezvousBackendRecord"]
+__all__ = ["RENDEZVOUS_BACKENDS", "RendezvousBackendRecord"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -24,3 +25,12 @@ class RendezvousBackendRecord(BackendRecord):
 
     multi_host: bool = True
     endpoint_option: str | None = None
+
+
+#: The rendezvous-backend kind, declared by this package: ``pm.registry(RENDEZVOUS_BACKENDS)``.
+RENDEZVOUS_BACKENDS: PluginKind[RendezvousBackendRecord] = PluginKind(
+    hook="rallypoint_rendezvous_backends",
+    label="rendezvous backend",
+    record_class=RendezvousBackendRecord,
+    config_key="rendezvous.backend",
+)

@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rallypoint.core.records import BackendRecord
+from rallypoint.core.registry import PluginKind
 
-__all__ = ["RpcTransportRecord"]
+__all__ = ["RPC_TRANSPORTS", "RpcTransportRecord"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -17,3 +18,12 @@ class RpcTransportRecord(BackendRecord):
         factory: import path of the transport (server and client for one worker).
         options_model: pydantic model of ``[rpc.options]`` (addresses, token, TLS files).
     """
+
+
+#: The RPC-transport kind, declared by this package: ``pm.registry(RPC_TRANSPORTS)``.
+RPC_TRANSPORTS: PluginKind[RpcTransportRecord] = PluginKind(
+    hook="rallypoint_rpc_transports",
+    label="RPC transport",
+    record_class=RpcTransportRecord,
+    config_key="rpc.transport",
+)

@@ -1,16 +1,20 @@
-"""The timer package as a rallypoint plugin.
+"""The timer package as a rallypoint plugin (essential entry point ``timer``).
 
-It adds the timer hook specifications, the ``local`` and ``file`` watchdog backends and the
-``timeline`` command.
+It adds the timer hook specifications, declares the timer-backend kind and the ``[timer]``
+section, and registers the ``local`` and ``file`` watchdog backends and the ``timeline`` command.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import pluggy
 
+from rallypoint.core.config import ConfigSection
 from rallypoint.core.plugins import hookimpl
 from rallypoint.core.records import CliCommand
-from rallypoint.timer.records import TimerBackendRecord
+from rallypoint.core.registry import PluginKind
+from rallypoint.timer.records import TIMER_BACKENDS, TimerBackendRecord
 
 
 @hookimpl
@@ -19,6 +23,20 @@ def rallypoint_addhooks(pluginmanager: pluggy.PluginManager) -> None:
     from rallypoint.timer import hookspecs
 
     pluginmanager.add_hookspecs(hookspecs)
+
+
+@hookimpl
+def rallypoint_plugin_kinds() -> list[PluginKind[Any]]:
+    """The timer-backend kind, selected with ``timer.watchdog`` (or ``"off"``)."""
+    return [TIMER_BACKENDS]
+
+
+@hookimpl
+def rallypoint_config_sections() -> list[ConfigSection]:
+    """``[timer]``."""
+    from rallypoint.timer.config import TIMER_SECTION
+
+    return [TIMER_SECTION]
 
 
 @hookimpl

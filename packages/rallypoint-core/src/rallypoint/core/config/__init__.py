@@ -1,22 +1,29 @@
 """Job configuration: a TOML file, layered with ``RALLYPOINT_*`` variables and command-line flags.
 
-Phase 1 (:func:`load_job_config`) checks the structure; phase 2 (:func:`resolve_config`) looks up
-each selected plugin and validates its ``options`` table. Both raise
-:class:`~rallypoint.core.errors.ConfigError` listing every problem with its file and key path.
+The sections of a job file are declared by the installed packages (:class:`ConfigSection`,
+through the ``rallypoint_config_sections`` hook); core provides the :class:`Section` base, the
+duration types and the machinery. Phase 1 (:func:`load_job_config`) checks the structure against
+the declared sections; phase 2 (:func:`resolve_config`) looks up each selected plugin and
+validates its ``options`` table. Both raise :class:`~rallypoint.core.errors.ConfigError` listing
+every problem with its file (or variable, or flag) and key path.
 """
 
-from rallypoint.core.config.durations import Duration, format_duration, parse_duration
+from rallypoint.core.config.durations import Duration, PositiveDuration, format_duration, parse_duration
 from rallypoint.core.config.loader import LoadedConfig, load_job_config, parse_value
-from rallypoint.core.config.models import JobConfig
 from rallypoint.core.config.render import render_resolved
 from rallypoint.core.config.resolve import ResolvedConfig, Selection, resolve_config
+from rallypoint.core.config.sections import ConfigSection, JobSchema, Section, build_schema
 
 __all__ = [
+    "ConfigSection",
     "Duration",
-    "JobConfig",
+    "JobSchema",
     "LoadedConfig",
+    "PositiveDuration",
     "ResolvedConfig",
+    "Section",
     "Selection",
+    "build_schema",
     "format_duration",
     "load_job_config",
     "parse_duration",

@@ -6,10 +6,10 @@ import math
 import re
 from typing import Annotated, Any
 
-from pydantic import BeforeValidator, PlainSerializer
+from pydantic import BeforeValidator, Field, PlainSerializer
 from pydantic_core import PydanticCustomError
 
-__all__ = ["Duration", "format_duration", "parse_duration"]
+__all__ = ["Duration", "PositiveDuration", "format_duration", "parse_duration"]
 
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _PART = re.compile(r"(\d+(?:\.\d+)?|\.\d+)\s*(ms|s|m|h|d)")
@@ -86,3 +86,6 @@ Duration = Annotated[
     BeforeValidator(_validate),
     PlainSerializer(format_duration, return_type=str, when_used="json"),
 ]
+
+#: A :data:`Duration` that must be greater than zero (a timeout, an interval).
+PositiveDuration = Annotated[Duration, Field(gt=0)]

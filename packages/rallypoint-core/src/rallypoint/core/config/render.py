@@ -87,4 +87,6 @@ def render_resolved(resolved: ResolvedConfig) -> str:
                 lines.append(
                     f"{_key(key)} = {toml_value(value)}  # {loaded.source_of(path + '.' + key, inherit=False)}"
                 )
+    if not lines:
+        lines.append("# no sections: no installed package declares one (see rallypoint plugins list)")
     return "\n".join(lines) + "\n"

@@ -1,52 +1,33 @@
 """Phase 2 of validation: look up every plugin the job selects and validate its options.
 
-Selectors: ``rendezvous.backend``, ``ranks.strategy``, ``collectives.backend`` (``auto`` picks at
-run time among the installed ones), ``timer.watchdog`` (``off`` disables it) and, in jobs with an
-``[rpc]`` section, ``rpc.transport``. Each name is looked up in its registry and the section's
-``options`` table is validated against the selected record's ``options_model``.
+The selectors are the config keys of the plugin kinds installed packages declare (a
+:class:`~rallypoint.core.registry.PluginKind` with a ``config_key``, e.g.
+``"widgets.backend"``). Each selected name is looked up in its kind's registry and the
+section's ``options`` table is validated, once, against the selected record's
+``options_model``; everything downstream takes the resulting :class:`Selection` as given.
+Special values a kind declares (``auto``, ``off``) are not plugin names.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from rallypoint.core.config.loader import LoadedConfig, issues_from_validation
+from rallypoint.core.config.loader import LoadedConfig
+from rallypoint.core.config.messages import issues_from_validation
+from rallypoint.core.config.sections import Section
 from rallypoint.core.errors import ConfigError, ConfigIssue, PluginError, UnknownPluginError
-from rallypoint.core.plugins import PluginInfo, RallypointPluginManager
 from rallypoint.core.records import BackendRecord
-from rallypoint.core.registry import (
-    COLLECTIVE_BACKENDS,
-    RANK_STRATEGIES,
-    RENDEZVOUS_BACKENDS,
-    RPC_TRANSPORTS,
-    TIMER_BACKENDS,
-    PluginKind,
-)
 
-__all__ = ["Selection", "ResolvedConfig", "resolve_config", "SELECTORS"]
+if TYPE_CHECKING:
+    from rallypoint.core.plugins import PluginInfo, RallypointPluginManager
+    from rallypoint.core.registry import PluginKind
 
+__all__ = ["ResolvedConfig", "Selection", "resolve_config"]
 
-@dataclass(frozen=True)
-class Selector:
-    """A key of the job file that names a plugin."""
-
-    section: str
-    key: str
-    kind: PluginKind
-    #: values that are not plugin names (``auto``, ``off``) and what they mean
-    special: tuple[str, ...] = ()
-
-
-SELECTORS: tuple[Selector, ...] = (
-    Selector("rendezvous", "backend", RENDEZVOUS_BACKENDS),
-    Selector("ranks", "strategy", RANK_STRATEGIES),
-    Selector("collectives", "backend", COLLECTIVE_BACKENDS, special=("auto",)),
-    Selector("timer", "watchdog", TIMER_BACKENDS, special=("off",)),
-    Selector("rpc", "transport", RPC_TRANSPORTS),
-)
+S = TypeVar("S", bound=Section)
 
 
 @dataclass(frozen=True)
@@ -54,13 +35,13 @@ class Selection:
     """What one selector resolved to.
 
     Attributes:
-        key: the selector's key path, e.g. ``"rendezvous.backend"``.
+        key: the selector's key path, e.g. ``"widgets.backend"``.
         name: the value in the config.
-        record: the selected record; ``None`` for a special value (``auto``, ``off``) or when the
-            subsystem is not installed and the default was not changed.
+        record: the selected record; ``None`` for a special value (``auto``, ``off``).
         provider: the plugin that registered it.
-        options: the validated options model instance, if the record has an options model.
-        note: a remark for people (``"picked at run time among: gloo, nccl"``).
+        options: the selected record's ``options_model`` instance, validated from the section's
+            ``options`` table; ``None`` when the record takes no options (or for a special value).
+        note: a remark for people (``"picked at run time among: a, b"``).
     """
 
     key: str
@@ -73,99 +54,108 @@ class Selection:
 
 @dataclass
 class ResolvedConfig:
-    """A job whose plugin selections have all been found and whose options are valid."""
+    """A job whose plugin selections have all been found and whose options are valid.
+
+    ``resolved.config.<section>`` is the section as validated in phase 1; typed code uses
+    :meth:`section` and :meth:`selection`.
+    """
 
     loaded: LoadedConfig
     selections: dict[str, Selection] = field(default_factory=dict)
 
     @property
     def config(self) -> Any:
-        """The phase-1 :class:`~rallypoint.core.config.models.JobConfig`."""
+        """The phase-1 job model; each declared section is an attribute."""
         return self.loaded.config
+
+    def section(self, model: type[S]) -> S:
+        """The job's section validated by ``model``, typed (see :meth:`LoadedConfig.section`)."""
+        return self.loaded.section(model)
+
+    def section_or_none(self, model: type[S]) -> S | None:
+        """Like :meth:`section`, but ``None`` for an optional section the job does not have."""
+        return self.loaded.section_or_none(model)
+
+    def selection(self, key: str) -> Selection | None:
+        """What the selector ``key`` (``"widgets.backend"``) resolved to.
+
+        ``None`` when the job does not use it (an optional section it does not have) or no
+        installed kind selects there.
+        """
+        return self.selections.get(key)
+
+
+def _options(
+    loaded: LoadedConfig, kind: PluginKind[Any], record: BackendRecord, raw: Any, issues: list[ConfigIssue]
+) -> BaseModel | None:
+    section = kind.section or ""
+    options_key = f"{section}.options"
+    model = record.options_model
+    if model is None:
+        if raw:
+            names = ", ".join(sorted(raw))
+            message = f"{kind.label} {record.name!r} takes no options; remove {names}"
+            issues.append(ConfigIssue(loaded.source_of(options_key), options_key, message))
+        return None
+    try:
+        return model.model_validate(raw or {})
+    except ValidationError as exc:
+        issues.extend(issues_from_validation(exc, model, prefix=(section, "options"), source_of=loaded.source_of))
+        return None
+
+
+def _special(
+    kind: PluginKind[Any], key: str, name: str, source: str, pm: RallypointPluginManager, issues: list[ConfigIssue]
+) -> Selection | None:
+    special = kind.special_value(name)
+    assert special is not None
+    if not special.needs_plugin:
+        return Selection(key, name, note=special.meaning)
+    names = pm.registry(kind).names()
+    if not names:
+        hint = f"; {kind.install_hint}" if kind.install_hint else ""
+        message = f"{name!r} needs at least one {kind.label}, and none is installed{hint}"
+        issues.append(ConfigIssue(source, key, message))
+        return None
+    return Selection(key, name, note=f"{special.meaning} among: {', '.join(names)}")
 
 
 def _resolve_one(
-    loaded: LoadedConfig, pm: RallypointPluginManager, sel: Selector, issues: list[ConfigIssue]
+    loaded: LoadedConfig, pm: RallypointPluginManager, kind: PluginKind[Any], issues: list[ConfigIssue]
 ) -> Selection | None:
-    section = getattr(loaded.config, sel.section)
+    key, section_name, field_name = kind.config_key or "", kind.section or "", kind.key or ""
+    section = getattr(loaded.config, section_name, None)
     if section is None:  # an optional section that the job does not use
         return None
-    key = f"{sel.section}.{sel.key}"
-    name: str = getattr(section, sel.key)
+    name: str = getattr(section, field_name)
     source = loaded.source_of(key)
-    registry = pm.registry(sel.kind)
-    explicit = loaded.is_explicit(key) or loaded.is_explicit(f"{sel.section}.options")
-    if name in sel.special:
-        if name == "auto":
-            if not registry.declared and not explicit:  # the default, and the subsystem is absent
-                return Selection(key, name, note=f"{sel.kind.distribution} not installed")
-            if not registry.names():
-                issues.append(
-                    ConfigIssue(
-                        source,
-                        key,
-                        (
-                            f"'auto' needs at least one {sel.kind.label}, and none is installed; "
-                            f"pip install rallypoint-gloo"
-                        ),
-                    )
-                )
-                return None
-            return Selection(key, name, note=f"picked at run time among: {', '.join(registry.names())}")
-        return Selection(key, name, note="disabled")
+    if kind.special_value(name) is not None:
+        return _special(kind, key, name, source, pm, issues)
+    registry = pm.registry(kind)
     if not registry.declared:
-        if explicit:
-            issues.append(
-                ConfigIssue(
-                    source,
-                    key,
-                    (
-                        f"{sel.kind.label} {name!r} needs {sel.kind.distribution}, which is not installed; "
-                        f"pip install {sel.kind.distribution}"
-                    ),
-                )
-            )
-        return Selection(key, name, note=f"{sel.kind.distribution} not installed")
+        message = f"{kind.label} {name!r} cannot be found: no installed package declares the hook {kind.hook}"
+        issues.append(ConfigIssue(source, key, message))
+        return None
     try:
         entry = registry.entry(name)
     except UnknownPluginError as exc:
         failure = pm.failure_named(name)
-        if failure is not None:
-            issues.append(ConfigIssue(source, key, str(failure.error)))
-        else:
-            issues.append(ConfigIssue(source, key, str(exc)))
+        issues.append(ConfigIssue(source, key, str(failure.error if failure is not None else exc)))
         return None
-    record = entry.record
+    record: BackendRecord = entry.record
     try:
-        record.check_requirements(sel.kind.label)
+        record.check_requirements(kind.label)
     except PluginError as exc:
         issues.append(ConfigIssue(source, key, str(exc)))
-    options_key = f"{sel.section}.options"
-    raw_options = getattr(section, "options", {})
-    options: BaseModel | None = None
-    if record.options_model is None:
-        if raw_options:
-            issues.append(
-                ConfigIssue(
-                    loaded.source_of(options_key),
-                    options_key,
-                    (f"{sel.kind.label} {record.name!r} takes no options; remove {', '.join(sorted(raw_options))}"),
-                )
-            )
-    else:
-        try:
-            options = record.options_model.model_validate(raw_options)
-        except ValidationError as exc:
-            issues.extend(
-                issues_from_validation(
-                    exc, record.options_model, prefix=(sel.section, "options"), source_of=loaded.source_of
-                )
-            )
+    options = _options(loaded, kind, record, getattr(section, "options", {}), issues)
     return Selection(key, name, record, entry.provider, options)
 
 
 def resolve_config(loaded: LoadedConfig, pm: RallypointPluginManager) -> ResolvedConfig:
     """Resolve every plugin selection of ``loaded`` against the plugins in ``pm``.
+
+    The selectors are the ``config_key`` of every kind ``pm`` knows whose section the job's
+    schema has, in declaration order.
 
     Raises:
         ConfigError: with every issue found: unknown names (with suggestions), plugins that
@@ -173,8 +163,10 @@ def resolve_config(loaded: LoadedConfig, pm: RallypointPluginManager) -> Resolve
     """
     issues: list[ConfigIssue] = []
     resolved = ResolvedConfig(loaded)
-    for sel in SELECTORS:
-        selection = _resolve_one(loaded, pm, sel, issues)
+    for kind in pm.kinds():
+        if kind.section is None or loaded.schema.get(kind.section) is None:
+            continue
+        selection = _resolve_one(loaded, pm, kind, issues)
         if selection is not None:
             resolved.selections[selection.key] = selection
     if issues:

@@ -1,0 +1,135 @@
+"""Job-file sections, declared by the packages that own them, and the schema built from them.
+
+Core knows no section in advance. Each package declares its sections through the
+``rallypoint_config_sections`` hook (a :class:`ConfigSection`: name, pydantic model, summary,
+whether it is optional); :func:`build_schema` turns the declared sections into the pydantic
+model of a whole job file (phase 1 of validation). Plugin names inside a section are plain
+strings here; they are looked up, and their ``options`` tables validated, in phase 2
+(:mod:`rallypoint.core.config.resolve`).
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, create_model
+
+from rallypoint.core.errors import PluginError
+
+__all__ = ["ConfigSection", "JobSchema", "Section", "build_schema"]
+
+_NAME_RE = re.compile(r"^[a-z][a-z0-9]*$")
+#: Second words of core's own ``RALLYPOINT_*`` controls; a section with one of these names would
+#: read them as configuration.
+RESERVED_NAMES = frozenset({"disable", "debug"})
+
+
+class Section(BaseModel):
+    """Base of every section: unknown keys are errors, values are validated on assignment."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, strict=True)
+
+
+@dataclass(frozen=True)
+class ConfigSection:
+    """One ``[section]`` of the job file, declared by the package that reads it.
+
+    Attributes:
+        name: the table name, e.g. ``"widgets"``: lower case letters and digits (no ``_``,
+            which separates the section from the key in ``RALLYPOINT_<SECTION>_<KEY>``).
+        model: the :class:`Section` subclass validating the table. When a plugin kind selects
+            plugins in this section, the model has the selector key (e.g. ``backend``) and an
+            ``options: dict[str, Any]`` field validated by the selected plugin.
+        summary: one line for people (``rallypoint plugins list``, docs).
+        optional: the section is absent (``None``) unless the job file has it (a feature jobs opt into);
+            otherwise it is always present, with its defaults.
+
+    Example:
+        >>> class WidgetSection(Section):
+        ...     kind: str = "plain"
+        >>> ConfigSection("widgets", WidgetSection, "how widgets are made").name
+        'widgets'
+    """
+
+    name: str
+    model: type[Section]
+    summary: str = ""
+    optional: bool = False
+
+    def __post_init__(self) -> None:
+        problem = None
+        if not isinstance(self.name, str) or not _NAME_RE.match(self.name):
+            problem = "use lower case letters and digits, starting with a letter"
+        elif self.name in RESERVED_NAMES or hasattr(BaseModel, self.name):
+            problem = "the name is reserved"
+        elif not (isinstance(self.model, type) and issubclass(self.model, Section)):
+            problem = f"its model {self.model!r} is not a rallypoint.core.config.Section subclass"
+        if problem:
+            raise PluginError(f"invalid config section {self.name!r}: {problem}")
+
+
+@dataclass(frozen=True)
+class JobSchema:
+    """The structure of a job file: the declared sections and the pydantic model built from them.
+
+    Build one with :func:`build_schema`, or ask a plugin manager (``pm.job_schema()``).
+
+    Attributes:
+        sections: the sections, in declaration order.
+        model: the model of a whole job file; each section is an attribute named after it.
+    """
+
+    sections: tuple[ConfigSection, ...]
+    model: type[Section]
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The section names, in declaration order."""
+        return tuple(s.name for s in self.sections)
+
+    def get(self, name: str) -> ConfigSection | None:
+        """The section called ``name``, if declared."""
+        return next((s for s in self.sections if s.name == name), None)
+
+    def name_of(self, model: type[Section]) -> str | None:
+        """The name of the section validated by ``model``, if declared."""
+        return next((s.name for s in self.sections if s.model is model), None)
+
+
+def build_schema(sections: Iterable[ConfigSection]) -> JobSchema:
+    """Build the job-file schema from declared sections (cached per set of sections).
+
+    Raises:
+        PluginError: two sections have the same name.
+
+    Example:
+        >>> class WidgetSection(Section):
+        ...     kind: str = "plain"
+        >>> schema = build_schema([ConfigSection("widgets", WidgetSection)])
+        >>> schema.model.model_validate({"widgets": {"kind": "bent"}}).widgets.kind
+        'bent'
+    """
+    return _build(tuple(sections))
+
+
+@functools.lru_cache(maxsize=32)
+def _build(sections: tuple[ConfigSection, ...]) -> JobSchema:
+    fields: dict[str, Any] = {}
+    for section in sections:
+        if section.name in fields:
+            raise PluginError(f"config section [{section.name}] is declared twice")
+        if section.optional:
+            fields[section.name] = (section.model | None, Field(default=None, description=section.summary))
+        else:
+            fields[section.name] = (section.model, Field(default_factory=section.model, description=section.summary))
+    model: type[Section] = create_model(
+        "JobConfig",
+        __base__=Section,
+        __doc__="A whole job file; every section is optional in the file and takes its defaults.",
+        **fields,
+    )
+    return JobSchema(sections, model)

@@ -1,0 +1,31 @@
+"""The ``[rpc]`` section of the job file, declared by this package.
+
+It is optional: a job has it only when it uses ``rallypoint.rpc`` (``resolved.config.rpc`` is
+``None`` otherwise). ``transport`` is a plain name here; core's resolution looks it up among the
+RPC transports (:data:`~rallypoint.rpc.records.RPC_TRANSPORTS`) and validates
+``[rpc.options]`` with the selected transport's ``options_model``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field
+
+from rallypoint.core.config import ConfigSection, Section
+
+__all__ = ["RPC_SECTION", "RpcSection"]
+
+
+class RpcSection(Section):
+    """``[rpc]``: present only in jobs that use ``rallypoint.rpc``."""
+
+    transport: str = Field(default="grpc", description="RPC transport.")
+    serializer: Literal["safe", "pickle"] = Field(
+        default="safe", description='How values travel; "pickle" is an explicit opt-in.'
+    )
+    options: dict[str, Any] = Field(default_factory=dict, description="The transport's own options.")
+
+
+#: The section as this package declares it (``rallypoint_config_sections``): optional.
+RPC_SECTION = ConfigSection("rpc", RpcSection, "remote procedure calls between workers", optional=True)
