@@ -12,7 +12,9 @@
     ``RALLYPOINT_WATCHDOG_AUTHKEY``. Requests are the same JSON objects as ``file``'s.
 
 Each backend class is what its :class:`~rallypoint.timer.records.TimerBackendRecord` names as
-``factory``; the agent calls ``start_server(run_dir, options)`` on it (on the class or an instance).
+``factory``; the agent calls ``start_server(run_dir, options)`` on it (on the class or an instance)
+with the ``[timer.options]`` that core's config resolution validated (an instance of the record's
+``options_model``, see :mod:`rallypoint.timer.options`), which the backend takes as given.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ import time
 from collections.abc import Mapping
 from multiprocessing.connection import Client, Connection, Listener
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, TypeVar
 
 from rallypoint.timer.watchdog import (
     ENV_BACKEND,
@@ -67,16 +69,22 @@ ENV_AUTHKEY = "RALLYPOINT_WATCHDOG_AUTHKEY"
 _UNIX_PATH_MAX = 100
 
 
-def _options(model: type[Any], options: Any) -> Any:
-    from pydantic import BaseModel
+if TYPE_CHECKING:
+    from rallypoint.timer.options import FileOptions, LocalOptions
 
+_O = TypeVar("_O", bound="LocalOptions")
+
+
+def _given(model: type[_O], options: _O | None, backend: str) -> _O:
+    """The backend's options as validated by config resolution; the model's defaults for ``None``."""
     if options is None:
         return model()
-    if isinstance(options, model):
-        return options
-    if isinstance(options, BaseModel):
-        options = options.model_dump()
-    return model.model_validate(dict(options))
+    if not isinstance(options, model):
+        raise TypeError(
+            f"the {backend} watchdog takes its [timer.options] as a validated {model.__name__}, "
+            f"got {type(options).__name__}; build one with {model.__module__}.{model.__name__}(...)"
+        )
+    return options
 
 
 def _rank_from_env(environ: Mapping[str, str]) -> int:
@@ -227,11 +235,19 @@ class FileWatchdog:
     """The ``file`` backend (a named pipe with JSON lines)."""
 
     @classmethod
-    def start_server(cls, run_dir: Path, options: Any = None) -> FileWatchdogServer:
-        """Create the FIFO (``options.path`` or ``<run_dir>/watchdog.fifo``) and start serving."""
+    def start_server(cls, run_dir: Path, options: FileOptions | None = None) -> FileWatchdogServer:
+        """Create the FIFO (``options.path`` or ``<run_dir>/watchdog.fifo``) and start serving.
+
+        Args:
+            run_dir: the agent's run directory.
+            options: the validated ``[timer.options]``; ``None`` for the defaults.
+
+        Raises:
+            TypeError: ``options`` is not a :class:`~rallypoint.timer.options.FileOptions`.
+        """
         from rallypoint.timer.options import FileOptions
 
-        opts = _options(FileOptions, options)
+        opts = _given(FileOptions, options, "file")
         path = Path(opts.path) if opts.path else Path(run_dir) / "watchdog.fifo"
         return FileWatchdogServer(path, gc_interval=opts.gc_interval)
 
@@ -366,11 +382,19 @@ class LocalWatchdog:
     """The ``local`` backend (a multiprocessing connection to the agent)."""
 
     @classmethod
-    def start_server(cls, run_dir: Path, options: Any = None) -> LocalWatchdogServer:
-        """Listen on ``<run_dir>/watchdog.sock`` (a temporary directory if that path is too long)."""
+    def start_server(cls, run_dir: Path, options: LocalOptions | None = None) -> LocalWatchdogServer:
+        """Listen on ``<run_dir>/watchdog.sock`` (a temporary directory if that path is too long).
+
+        Args:
+            run_dir: the agent's run directory.
+            options: the validated ``[timer.options]``; ``None`` for the defaults.
+
+        Raises:
+            TypeError: ``options`` is not a :class:`~rallypoint.timer.options.LocalOptions`.
+        """
         from rallypoint.timer.options import LocalOptions
 
-        opts = _options(LocalOptions, options)
+        opts = _given(LocalOptions, options, "local")
         return LocalWatchdogServer(Path(run_dir) / "watchdog.sock", gc_interval=opts.gc_interval)
 
     @staticmethod
