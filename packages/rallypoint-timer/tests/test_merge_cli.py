@@ -15,7 +15,8 @@ from rallypoint.timer.merge import merge_logs, step_report
 
 CLI = [sys.executable, "-c", "from rallypoint.core.cli import entrypoint; entrypoint()"]
 
-# Rank 1 is slow in step 1; every rank idles 20 ms before step 2.
+# Rank 1 is slow in step 1 (by half a second: far more than a busy machine delays a 10 ms step);
+# every rank idles 20 ms before step 2.
 WORKER = textwrap.dedent(
     """
     import os, time
@@ -28,7 +29,7 @@ WORKER = textwrap.dedent(
             with timer.event("forward"):
                 time.sleep(0.01)
             if step == 1 and rank == 1:
-                time.sleep(0.05)
+                time.sleep(0.5)
     """
 )
 

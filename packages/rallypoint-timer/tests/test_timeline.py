@@ -184,14 +184,22 @@ def test_closed_recorder_records_nothing(recorder: Recorder) -> None:
 
 CRASHING_WORKER = textwrap.dedent(
     """
-    import sys, time
+    import os, sys, time
     from rallypoint import timer
     for i in range(3):
         with timer.event("step", step=i):
             with timer.event("compute"):
                 pass
     timer.start_event("stuck")
-    time.sleep(0.3)                      # more than one flush interval: "stuck" has been flushed
+    log = os.environ["RALLYPOINT_TIMELINE_FILE"]
+
+    def flushed():  # the background flush wrote "stuck" to the log
+        return os.path.exists(log) and b'"name":"stuck"' in open(log, "rb").read()
+
+    deadline = time.monotonic() + 30
+    while not flushed():
+        assert time.monotonic() < deadline, "the timeline was not flushed within 30 s"
+        time.sleep(0.01)
     print("ready", flush=True)
     timer.start_event("never_flushed")   # recorded after the last flush: may be lost
     time.sleep(60)

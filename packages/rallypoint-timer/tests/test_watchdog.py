@@ -9,12 +9,13 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from rallypoint.core.builtin import CLI_COMMANDS
 from rallypoint.core.plugins import get_plugin_manager
-from rallypoint.core.registry import CLI_COMMANDS, TIMER_BACKENDS
 from rallypoint.timer import Expiry, WatchdogError, WatchdogServer, configure, expires, get_client
 from rallypoint.timer.backends import (
     ENV_TIMER_FILE,
@@ -24,18 +25,45 @@ from rallypoint.timer.backends import (
     client_from_env,
 )
 from rallypoint.timer.options import FileOptions, LocalOptions
+from rallypoint.timer.records import TIMER_BACKENDS
 
 BACKENDS = {"file": FileWatchdog, "local": LocalWatchdog}
 
 
 class Collector:
+    """An expiry handler that records what it is called with, and when (epoch seconds)."""
+
     def __init__(self) -> None:
         self.expiries: list[Expiry] = []
+        self.called_at: list[float] = []
         self.event = threading.Event()
+        self._cond = threading.Condition()
 
     def __call__(self, expiry: Expiry) -> None:
-        self.expiries.append(expiry)
+        with self._cond:
+            self.called_at.append(time.time())
+            self.expiries.append(expiry)
+            self._cond.notify_all()
         self.event.set()
+
+    def wait_for_scope(self, scope: str, timeout: float = 10) -> None:
+        """Block until an expiry of ``scope`` has been handled."""
+        with self._cond:
+            assert self._cond.wait_for(lambda: any(e.scope == scope for e in self.expiries), timeout), self.expiries
+
+
+def _sentinel_process() -> subprocess.Popen[bytes]:
+    """A live process other than this one, whose timer marks a point in the server's timeline."""
+    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+
+
+def _wait_until(predicate: Callable[[], bool], timeout: float = 10) -> bool:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
 
 
 def test_plugin_registers_local_file_and_the_timeline_command() -> None:
@@ -58,16 +86,19 @@ def test_core_expires_calls_the_handler_once_per_pid_with_the_earliest_scope() -
     server = WatchdogServer(gc_interval=0.05)
     got = Collector()
     server.set_expiry_handler(got)
+    sentinel = _sentinel_process()
     now = time.time()
     pid = os.getpid()  # alive, so the garbage collector keeps its timers
     server.submit({"pid": pid, "scope_id": "late", "expiration_time": now + 0.2, "rank": 2})
     server.submit({"pid": pid, "scope_id": "early", "expiration_time": now + 0.1, "rank": 2, "acquired_at": now})
     server.submit({"pid": pid, "scope_id": "released", "expiration_time": now + 0.05})
     server.submit({"pid": pid, "scope_id": "released", "expiration_time": -1})
+    # Expiries are handled in deadline order: once the sentinel's (after "late") is handled,
+    # a second expiry of this pid would have been handled before it.
+    server.submit({"pid": sentinel.pid, "scope_id": "sentinel", "expiration_time": now + 0.3})
     try:
-        assert got.event.wait(5)
-        time.sleep(0.3)
-        assert len(got.expiries) == 1, got.expiries
+        got.wait_for_scope("sentinel")
+        assert [e.scope for e in got.expiries] == ["early", "sentinel"], got.expiries
         e = got.expiries[0]
         assert (e.pid, e.rank, e.scope, e.signal) == (pid, 2, "early", signal.SIGKILL)
         assert e.deadline == pytest.approx(now + 0.1)
@@ -76,18 +107,26 @@ def test_core_expires_calls_the_handler_once_per_pid_with_the_earliest_scope() -
         assert "rank 2" in e.describe()
         assert server.active_timers() == {}
     finally:
+        sentinel.kill()
+        sentinel.wait()
         server.stop()
 
 
 def test_core_detects_expiry_promptly_without_polling() -> None:
-    server = WatchdogServer(gc_interval=60)
+    """The server sleeps until the earliest deadline: it does not wait for its next sweep.
+
+    A server that only looked at its timers every ``gc_interval`` (60 s) would be a minute late;
+    the bound, a twelfth of that, leaves room for a loaded machine and still tells them apart.
+    """
+    gc_interval = 60.0
+    server = WatchdogServer(gc_interval=gc_interval)
     got = Collector()
     server.set_expiry_handler(got)
     deadline = time.time() + 0.1
     server.submit({"pid": os.getpid(), "scope_id": "s", "expiration_time": deadline})
     try:
-        assert got.event.wait(5)
-        assert time.time() - deadline < 0.05
+        got.wait_for_scope("s", timeout=2 * gc_interval)
+        assert deadline <= got.called_at[0] < deadline + gc_interval / 12
     finally:
         server.stop()
 
@@ -98,13 +137,19 @@ def test_signal_zero_never_kills_and_dead_pids_are_forgotten() -> None:
     server.set_expiry_handler(got)
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
-    server.submit({"pid": os.getpid(), "scope_id": "soft", "expiration_time": time.time() + 0.05, "signal": 0})
-    server.submit({"pid": dead.pid, "scope_id": "gone", "expiration_time": time.time() + 60})
+    sentinel = _sentinel_process()
+    now = time.time()
+    server.submit({"pid": os.getpid(), "scope_id": "soft", "expiration_time": now + 0.05, "signal": 0})
+    server.submit({"pid": dead.pid, "scope_id": "gone", "expiration_time": now + 60})
+    # handled after "soft" is due: an expiry of "soft" would come first
+    server.submit({"pid": sentinel.pid, "scope_id": "sentinel", "expiration_time": now + 0.1})
     try:
-        time.sleep(0.3)
-        assert got.expiries == []
-        assert server.active_timers() == {}
+        got.wait_for_scope("sentinel")
+        assert [e.scope for e in got.expiries] == ["sentinel"]
+        assert _wait_until(lambda: server.active_timers() == {}), server.active_timers()
     finally:
+        sentinel.kill()
+        sentinel.wait()
         server.stop()
 
 
@@ -130,9 +175,11 @@ def test_malformed_requests_are_dropped(caplog: pytest.LogCaptureFixture) -> Non
         server.stop()
 
 
-@pytest.mark.parametrize("name", ["file", "local"])
-def test_transport_carries_acquire_and_release(tmp_path: Path, name: str) -> None:
-    server = BACKENDS[name].start_server(tmp_path, {"gc_interval": 5})
+@pytest.mark.parametrize(
+    ("name", "options"), [("file", FileOptions(gc_interval=5)), ("local", LocalOptions(gc_interval=5))]
+)
+def test_transport_carries_acquire_and_release(tmp_path: Path, name: str, options: LocalOptions) -> None:
+    server = BACKENDS[name].start_server(tmp_path, options)
     try:
         env = server.worker_env(rank=4)
         assert env["RALLYPOINT_WATCHDOG_BACKEND"] == name
@@ -141,9 +188,7 @@ def test_transport_carries_acquire_and_release(tmp_path: Path, name: str) -> Non
         client.acquire("a", time.time() + 60)
         client.acquire("b", time.time() + 60)
         client.release("a")
-        deadline = time.monotonic() + 5
-        while time.monotonic() < deadline and set(server.active_timers()) != {(os.getpid(), "b")}:
-            time.sleep(0.01)
+        _wait_until(lambda: set(server.active_timers()) == {(os.getpid(), "b")})
         assert set(server.active_timers()) == {(os.getpid(), "b")}
     finally:
         server.stop()
@@ -164,6 +209,25 @@ def test_file_server_accepts_torch_lines_and_names_rank_from_the_pid_hint(tmp_pa
         assert (got.expiries[0].rank, got.expiries[0].scope) == (7, "t")
     finally:
         os.close(fd)
+        server.stop()
+
+
+@pytest.mark.parametrize("name", ["file", "local"])
+def test_servers_take_their_validated_options_as_given(tmp_path: Path, name: str) -> None:
+    """``[timer.options]`` were validated by config resolution: a raw table is a programming error."""
+    backend = BACKENDS[name]
+    with pytest.raises(TypeError, match=r"validated (File|Local)Options, got dict"):
+        backend.start_server(tmp_path, {"gc_interval": 5})
+    server = backend.start_server(tmp_path, None)
+    try:
+        assert server._gc_interval == LocalOptions().gc_interval  # the model's defaults
+    finally:
+        server.stop()
+    given = (FileOptions if name == "file" else LocalOptions)(gc_interval=7)
+    server = backend.start_server(tmp_path, given)
+    try:
+        assert server._gc_interval == 7
+    finally:
         server.stop()
 
 
