@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -11,6 +10,7 @@ from pydantic import BaseModel
 
 from rallypoint.core.config import Selection
 from rallypoint.core.errors import PluginError
+from rallypoint.rendezvous.config import RendezvousSection
 from rallypoint.rendezvous.handler import RendezvousHandler, open_backend
 from rallypoint.rendezvous.memory import MemoryBackend, MemoryOptions
 from rallypoint.rendezvous.records import RendezvousBackendRecord
@@ -74,10 +74,14 @@ def test_open_backend_refuses_a_selection_without_a_rendezvous_record() -> None:
 
 
 def test_timeouts_from_a_section_keep_its_values() -> None:
-    section = SimpleNamespace(
-        join_timeout=7.0, last_call_timeout=0.5, close_timeout=3.0, heartbeat_interval=0.25, heartbeat_timeout=2.0
+    section = RendezvousSection(
+        join_timeout="7s", last_call_timeout="500ms", close_timeout=3, heartbeat_interval=0.25, heartbeat_timeout=2
     )
     assert RendezvousTimeouts.from_section(section) == TIMEOUTS
+
+
+def test_the_section_takes_its_defaults_from_the_timeouts() -> None:
+    assert RendezvousTimeouts.from_section(RendezvousSection()) == RendezvousTimeouts()
 
 
 def test_timeouts_from_loose_options_parse_durations_and_default_the_rest() -> None:

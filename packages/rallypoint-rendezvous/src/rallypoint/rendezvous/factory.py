@@ -12,39 +12,22 @@ Code that has no job file (a library user, a benchmark) builds the selection wit
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
 from rallypoint.core.errors import PluginError
 from rallypoint.rendezvous.backend import RendezvousBackend
 from rallypoint.rendezvous.records import RENDEZVOUS_BACKENDS, RendezvousBackendRecord
-from rallypoint.rendezvous.timeouts import TimeoutFields
 
 if TYPE_CHECKING:
     from rallypoint.core.config import Selection
     from rallypoint.core.plugins import RallypointPluginManager
 
-__all__ = ["BackendSection", "backend_record", "open_backend", "select_backend"]
+__all__ = ["backend_record", "open_backend", "select_backend"]
 
 #: The job-file key that selects a rendezvous backend.
 BACKEND_KEY = "rendezvous.backend"
-
-
-class BackendSection(TimeoutFields, Protocol):
-    """The ``[rendezvous]`` keys :meth:`~rallypoint.rendezvous.handler.RendezvousHandler.from_config` reads."""
-
-    @property
-    def backend(self) -> str:
-        """``rendezvous.backend``."""
-
-    @property
-    def run_id(self) -> str | None:
-        """``rendezvous.run_id``."""
-
-    @property
-    def options(self) -> Mapping[str, Any]:
-        """``[rendezvous.options]``, not yet validated."""
 
 
 def backend_record(selection: Selection) -> RendezvousBackendRecord:

@@ -46,7 +46,7 @@ from rallypoint.rendezvous.timeouts import RendezvousTimeouts
 if TYPE_CHECKING:
     from rallypoint.core.config import Selection
     from rallypoint.core.plugins import RallypointPluginManager
-    from rallypoint.rendezvous.factory import BackendSection
+    from rallypoint.rendezvous.config import RendezvousSection
 
 __all__ = [
     "KEEP_ROUNDS",
@@ -140,7 +140,7 @@ class RendezvousHandler:
     @classmethod
     def from_config(
         cls,
-        section: BackendSection,
+        section: RendezvousSection,
         node: NodeInfo,
         *,
         min_nodes: int,

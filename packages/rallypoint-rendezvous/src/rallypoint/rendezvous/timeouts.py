@@ -10,33 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["RendezvousTimeouts", "TimeoutFields"]
+if TYPE_CHECKING:
+    from rallypoint.rendezvous.config import RendezvousSection
 
-
-class TimeoutFields(Protocol):
-    """The timeout keys of a ``[rendezvous]`` section, in seconds (read by :meth:`RendezvousTimeouts.from_section`)."""
-
-    @property
-    def join_timeout(self) -> float:
-        """``rendezvous.join_timeout``."""
-
-    @property
-    def last_call_timeout(self) -> float:
-        """``rendezvous.last_call_timeout``."""
-
-    @property
-    def close_timeout(self) -> float:
-        """``rendezvous.close_timeout``."""
-
-    @property
-    def heartbeat_interval(self) -> float:
-        """``rendezvous.heartbeat_interval``."""
-
-    @property
-    def heartbeat_timeout(self) -> float:
-        """``rendezvous.heartbeat_timeout``."""
+__all__ = ["RendezvousTimeouts"]
 
 
 #: ``--rdzv-conf`` / options key of each field (the job file's names), for :meth:`RendezvousTimeouts.from_options`.
@@ -88,7 +67,7 @@ class RendezvousTimeouts:
             )
 
     @classmethod
-    def from_section(cls, section: TimeoutFields) -> RendezvousTimeouts:
+    def from_section(cls, section: RendezvousSection) -> RendezvousTimeouts:
         """The timeouts of a validated ``[rendezvous]`` section (its values are already seconds)."""
         return cls(
             join=section.join_timeout,
