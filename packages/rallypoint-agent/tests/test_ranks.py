@@ -587,7 +587,9 @@ def resolve_ranks(pm: Any, strategy: str, options: dict[str, Any]) -> Selection:
             ("ranks.options", options, "test"),
         ],
     )
-    return resolve_config(loaded, pm).selections["ranks.strategy"]
+    selection = resolve_config(loaded, pm).selection("ranks.strategy")
+    assert selection is not None
+    return selection
 
 
 @pytest.fixture

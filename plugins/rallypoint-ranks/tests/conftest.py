@@ -36,7 +36,9 @@ def _resolve_options(
             ("ranks.options", options, "test"),
         ],
     )
-    return resolve_config(loaded, pm).selections["ranks.strategy"].options
+    selection = resolve_config(loaded, pm).selection("ranks.strategy")
+    assert selection is not None
+    return selection.options
 
 
 @pytest.fixture

@@ -15,16 +15,13 @@ from typing import TYPE_CHECKING, Any
 from rallypoint.agent.ranks.model import RankAssignment, RankAssignmentError, RankNode
 from rallypoint.agent.ranks.strategy import RankStrategy
 from rallypoint.agent.ranks.validation import check_nodes, validate_assignment
-from rallypoint.agent.records import RankStrategyRecord
+from rallypoint.agent.records import RANK_STRATEGIES, RankStrategyRecord
 from rallypoint.core.errors import PluginError, RallypointError
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
 __all__ = ["compute_assignment", "load_strategy"]
-
-#: How messages name the kind (the ``rallypoint_rank_strategies`` kind's label).
-_KIND_LABEL = "rank strategy"
 
 
 class _FunctionStrategy:
@@ -56,7 +53,7 @@ def load_strategy(record: RankStrategyRecord) -> RankStrategy:
         >>> type(load_strategy(record)).__name__
         'DefaultStrategy'
     """
-    record.check_requirements(_KIND_LABEL)
+    record.check_requirements(RANK_STRATEGIES.label)
     obj = record.load()
     if inspect.isclass(obj):
         try:
