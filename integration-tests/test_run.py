@@ -305,6 +305,7 @@ def test_two_agents_on_loopback_with_the_file_backend(tmp_path: Path) -> None:
         (["run", "--nnodes", "two", "x.py"], "--nnodes (command line): nodes: expected N or MIN:MAX, got 'two'"),
         (["run", "--rdzv-backend", "etdc", "x.py"], "unknown rendezvous backend 'etdc'"),
         (["run", "missing.py"], "no such script: missing.py"),
+        (["run", "job.toml", "--max-restarts", "0"], "--max-restarts: options go before the job file and the script"),
     ],
 )
 def test_usage_and_config_errors_exit_2_without_traceback(tmp_path: Path, args: list[str], message: str) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import pty
 import select
@@ -15,9 +16,20 @@ RALLYPOINT = [sys.executable, "-c", "from rallypoint.core.cli import entrypoint;
 
 PLUGIN = """
 import os
+from pydantic import BaseModel, ConfigDict
+from rallypoint.collectives.records import CollectiveBackendRecord
 from rallypoint.core.plugins import hookimpl
 
 OUT = os.environ["ACME_OUT"]
+
+class TunedOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    buffer_mb: int = 4
+    algorithm: str = "ring"
+
+@hookimpl
+def rallypoint_collective_backends():
+    return [CollectiveBackendRecord(name="acme-tuned", torch_backend="gloo", options_model=TunedOptions)]
 
 def note(name, text):
     with open(os.path.join(OUT, name), "a") as f:
@@ -96,6 +108,64 @@ def test_agent_hooks_of_a_third_party_plugin_run(tmp_path: Path) -> None:
     assert result.returncode == 1, result.stderr
     assert "a rallypoint_agent_should_restart hook declined the restart" in result.stderr
     assert "job 'hooks' failed after 0 of 3 restart(s)" in result.stderr
+
+
+SHOW_COLLECTIVES = """
+import json, os, sys
+keys = ("RALLYPOINT_COLLECTIVES_BACKEND", "RALLYPOINT_COLLECTIVES_TIMEOUT", "RALLYPOINT_COLLECTIVES_OPTIONS")
+with open(os.path.join(sys.argv[1], "env" + os.environ["RANK"]), "w") as f:
+    json.dump({k: os.environ.get(k) for k in keys}, f)
+"""
+
+
+def test_collectives_options_reach_the_workers_validated(tmp_path: Path) -> None:
+    _install_plugin(tmp_path / "site")
+    (tmp_path / "show.py").write_text(textwrap.dedent(SHOW_COLLECTIVES))
+    (tmp_path / "job.toml").write_text(
+        f'job.entrypoint = "show.py"\njob.args = ["{tmp_path}"]\n'
+        '[collectives]\nbackend = "acme-tuned"\ntimeout = "45s"\n[collectives.options]\nbuffer_mb = 16\n'
+    )
+    result = subprocess.run(
+        [*RALLYPOINT, "run", "--nproc-per-node", "2", "--run-id", "coll", "job.toml"],
+        cwd=tmp_path,
+        env=_env(PYTHONPATH=str(tmp_path / "site"), ACME_OUT=str(tmp_path)),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    for rank in (0, 1):
+        seen = json.loads((tmp_path / f"env{rank}").read_text())
+        assert seen["RALLYPOINT_COLLECTIVES_BACKEND"] == "acme-tuned"
+        assert seen["RALLYPOINT_COLLECTIVES_TIMEOUT"] == "45"
+        # validated once by the agent's config resolution: defaults filled in, as JSON
+        assert json.loads(seen["RALLYPOINT_COLLECTIVES_OPTIONS"]) == {"buffer_mb": 16, "algorithm": "ring"}
+
+
+def test_invalid_collectives_options_stop_the_job_before_any_worker_runs(tmp_path: Path) -> None:
+    _install_plugin(tmp_path / "site")
+    (tmp_path / "show.py").write_text(textwrap.dedent(SHOW_COLLECTIVES))
+    result = subprocess.run(
+        [
+            *RALLYPOINT,
+            "run",
+            "--set",
+            "collectives.backend=acme-tuned",
+            "--set",
+            "collectives.options.buffer_mb=lots",
+            "show.py",
+            str(tmp_path),
+        ],
+        cwd=tmp_path,
+        env=_env(PYTHONPATH=str(tmp_path / "site"), ACME_OUT=str(tmp_path)),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 2, result.stderr
+    assert "collectives.options.buffer_mb" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not list(tmp_path.glob("env*"))
 
 
 def test_status_shows_a_running_job(tmp_path: Path) -> None:

@@ -31,18 +31,26 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, Protocol, TextIO
+
+from pydantic import BaseModel
 
 from rallypoint.agent.env import WorkerContext, worker_environment
 from rallypoint.agent.error_files import read_error_file
-from rallypoint.agent.logs import WorkerLogs
-from rallypoint.agent.ranks import NodeInfo as RankNode
-from rallypoint.agent.ranks import RankAssignment, compute_assignment
+from rallypoint.agent.logs import Tee, WorkerLogs
+from rallypoint.agent.ranks import RankAssignment, RankNode, RankStrategy, WorkerRanks, compute_assignment
+from rallypoint.agent.records import RankStrategyRecord
 from rallypoint.agent.report import FailureReport, WorkerFailure, failures_from_store
+from rallypoint.agent.waiting import waiting_line
 from rallypoint.agent.workers import WorkerExit, WorkerGroup, WorkerSpec
 from rallypoint.core.errors import RallypointError
+from rallypoint.core.records import BackendRecord
 
-__all__ = ["AgentResult", "AgentSettings", "ElasticAgent", "Outcome"]
+if TYPE_CHECKING:
+    from rallypoint.core.plugins import RallypointPluginManager
+    from rallypoint.rendezvous.handler import RendezvousHandler, RendezvousResult
+
+__all__ = ["AgentResult", "AgentSettings", "ElasticAgent", "Outcome", "WatchdogExpiry", "WatchdogServer"]
 
 log = logging.getLogger("rallypoint.agent")
 
@@ -75,6 +83,45 @@ class AgentSignal(Exception):
         super().__init__(signal.Signals(signum).name)
 
 
+class WatchdogExpiry(Protocol):
+    """What the agent reads of an expired watchdog timer (``rallypoint.timer``'s ``Expiry``)."""
+
+    @property
+    def pid(self) -> int:
+        """The worker process that held the timer."""
+
+    @property
+    def scope(self) -> str:
+        """The timer's scope name."""
+
+    @property
+    def deadline(self) -> float:
+        """When it expired (seconds since the epoch)."""
+
+    @property
+    def acquired_at(self) -> float:
+        """When it was acquired (``nan`` when unknown)."""
+
+    def describe(self) -> str:
+        """One line for people."""
+
+
+class WatchdogServer(Protocol):
+    """The agent-side watchdog a timer backend's ``start_server(run_dir, options)`` returns."""
+
+    def worker_env(self, rank: int) -> Mapping[str, str]:
+        """Variables that connect worker ``rank`` to this server."""
+
+    def register_worker(self, pid: int, rank: int) -> None:
+        """Tell the server which rank a worker process runs."""
+
+    def set_expiry_handler(self, callback: Callable[[WatchdogExpiry], None] | None) -> None:
+        """Call ``callback`` with each timer that expires."""
+
+    def stop(self) -> None:
+        """Stop serving."""
+
+
 @dataclass(frozen=True)
 class AgentSettings:
     """What the agent needs besides the rendezvous handler.
@@ -82,18 +129,19 @@ class AgentSettings:
     Attributes:
         argv: the worker command line (the same for every local worker).
         run_id: the job's run id.
+        host: this node's host name in messages, logs and reports (the system's by default).
         max_restarts: the job-wide restart budget.
         monitor_interval: how often the rendezvous is checked while workers run, in seconds.
         exit_barrier_timeout: how long a finished node waits for the others, in seconds.
         log_dir: where per-attempt logs, error files and ``failure.json`` go.
         tee: which ranks reach the console.
         worker_env: extra variables for every worker (collectives backend, ``[job] env``...).
-        strategy: the rank strategy record (or strategy object) and its validated options.
-        strategy_options: the validated ``[ranks.options]``.
+        strategy: the rank strategy's record (or a strategy object); ``None`` for the default.
+        strategy_options: the validated ``[ranks.options]`` (the record's options model).
         stop_grace: seconds between SIGTERM and SIGKILL when stopping workers.
         cwd: the workers' working directory.
-        watchdog: the watchdog timer backend record (``[timer] watchdog``), or ``None`` for off.
-        watchdog_options: its validated ``[timer.options]``.
+        watchdog: the watchdog timer backend's record (``[timer] watchdog``), or ``None`` for off.
+        watchdog_options: its validated ``[timer.options]`` (the record's options model).
         timeline: give each worker ``RALLYPOINT_TIMELINE_FILE`` (``[timer] timeline``).
         store_head_start: seconds worker rank 0 starts before this node's other workers. It
             serves torch's ``env://`` store, and a client that finds no server yet backs off for
@@ -102,18 +150,19 @@ class AgentSettings:
 
     argv: Sequence[str]
     run_id: str
+    host: str | None = None
     max_restarts: int = 3
     monitor_interval: float = 0.1
     exit_barrier_timeout: float = 300.0
     log_dir: Path = Path("runs")
-    tee: Any = "all"
+    tee: Tee = "all"
     worker_env: Mapping[str, str] = field(default_factory=dict)
-    strategy: Any = None
-    strategy_options: Any = None
+    strategy: RankStrategyRecord | RankStrategy | None = None
+    strategy_options: BaseModel | None = None
     stop_grace: float = 30.0
     cwd: str | None = None
-    watchdog: Any = None
-    watchdog_options: Any = None
+    watchdog: BackendRecord | None = None
+    watchdog_options: BaseModel | None = None
     timeline: bool = False
     store_head_start: float = 0.05
 
@@ -145,17 +194,24 @@ class ElasticAgent:
         console: where the agent's own messages go (``sys.stderr`` by default).
     """
 
-    def __init__(self, handler: Any, settings: AgentSettings, *, pm: Any = None, console: TextIO | None = None) -> None:
+    def __init__(
+        self,
+        handler: RendezvousHandler,
+        settings: AgentSettings,
+        *,
+        pm: RallypointPluginManager | None = None,
+        console: TextIO | None = None,
+    ) -> None:
         self.handler = handler
         self.backend = handler.backend
         self.settings = settings
         self.pm = pm
         self.console = console
-        self.host = socket.gethostname()
+        self.host = settings.host or socket.gethostname()
         self._group: WorkerGroup | None = None
         self._signal: int | None = None
-        self._watchdog: Any = None
-        self._expired: dict[int, Any] = {}
+        self._watchdog: WatchdogServer | None = None
+        self._expired: dict[int, WatchdogExpiry] = {}
         self.rounds = 0
 
     # -- messages ----------------------------------------------------------------------------
@@ -175,7 +231,7 @@ class ElasticAgent:
             self._start_watchdog()
             while True:
                 try:
-                    with self._waiting_line():
+                    with waiting_line(self.handler, self.console or sys.stderr):
                         result = self.handler.next_rendezvous()
                 except RendezvousClosedError:
                     return self._after_close()
@@ -217,7 +273,7 @@ class ElasticAgent:
             restore()
 
     # -- one attempt ---------------------------------------------------------------------------
-    def _assign(self, result: Any) -> RankAssignment:
+    def _assign(self, result: RendezvousResult) -> RankAssignment:
         nodes = [
             RankNode(
                 node_id=p.node_id,
@@ -225,8 +281,8 @@ class ElasticAgent:
                 host=p.host,
                 local_world_size=p.local_world_size,
                 labels=dict(p.labels),
-                env=dict(getattr(p, "env", {}) or {}),
-                previous_rank=getattr(p, "previous_rank", None),
+                env=dict(p.env),
+                previous_rank=p.previous_rank,
             )
             for i, p in enumerate(result.participants)
         ]
@@ -238,7 +294,7 @@ class ElasticAgent:
         return compute_assignment(strategy, nodes, self.settings.strategy_options)
 
     def _run_attempt(
-        self, result: Any, assignment: RankAssignment, restarts: int
+        self, result: RendezvousResult, assignment: RankAssignment, restarts: int
     ) -> tuple[Outcome, list[WorkerFailure]]:
         node_id = result.node.node_id
         mine = assignment.for_node(node_id)
@@ -331,7 +387,7 @@ class ElasticAgent:
     def _failure(
         self,
         ex: WorkerExit,
-        ranks: Any,
+        ranks: WorkerRanks,
         logs: WorkerLogs,
         attempt_dir: Path,
         attempt: int,
@@ -374,7 +430,7 @@ class ElasticAgent:
         for f in failures:
             self.say(f"worker {f.headline()}")
 
-    def _may_restart(self, result: Any, failures: list[WorkerFailure]) -> bool:
+    def _may_restart(self, result: RendezvousResult, failures: list[WorkerFailure]) -> bool:
         """Decide (once per round, job-wide) whether the job restarts after a failure."""
         decision = None
         if self.pm is not None and failures:
@@ -392,7 +448,7 @@ class ElasticAgent:
         self.say(f"restarting the job ({count} of {self.settings.max_restarts} restart(s) used)")
         return True
 
-    def _exit_barrier(self, result: Any) -> bool:
+    def _exit_barrier(self, result: RendezvousResult) -> bool:
         """Wait until every node's workers finished; ``False`` if the round restarted meanwhile."""
         key = _done_key(result.round)
         self.backend.add(key, 1)
@@ -451,7 +507,7 @@ class ElasticAgent:
         self._watchdog.set_expiry_handler(self._on_expiry)
         self.say(f"watchdog timers: {record.name}")
 
-    def _on_expiry(self, expiry: Any) -> None:
+    def _on_expiry(self, expiry: WatchdogExpiry) -> None:
         """Kill the worker whose timer expired (its whole process group); the monitor reports it."""
         group = self._group
         if group is None or expiry.pid not in group.pids.values():
@@ -460,51 +516,6 @@ class ElasticAgent:
         self.say(expiry.describe() + "; killing it")
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(expiry.pid, signal.SIGKILL)
-
-    # -- live status while waiting for nodes ------------------------------------------------------
-    @contextlib.contextmanager
-    def _waiting_line(self) -> Any:
-        """On a terminal, show a live line while the rendezvous gathers nodes; silent otherwise."""
-        stream = self.console or sys.stderr
-        if not (hasattr(stream, "isatty") and stream.isatty()):
-            yield
-            return
-        stop = threading.Event()
-        shown = threading.Event()
-        started = time.monotonic()
-        timeouts = self.handler.timeouts
-        settings = self.handler.settings
-
-        def show() -> None:
-            from rallypoint.rendezvous.state import HEADER_KEY, Header, count_key
-
-            while not stop.wait(0.5):
-                try:
-                    entry = self.backend.get(HEADER_KEY)
-                    header = Header.from_json(entry.value) if entry is not None else Header()
-                    target = header.round + 1 if header.complete else header.round
-                    count = self.backend.get(count_key(target))
-                except Exception:  # noqa: BLE001 - the line is cosmetic; never disturb the rendezvous
-                    continue
-                joined = int(count.value) if count is not None else 0
-                left = max(0.0, timeouts.join - (time.monotonic() - started))
-                stream.write(
-                    f"\r[rallypoint] waiting for nodes: {joined} joined (min {settings.min_nodes}, "
-                    f"max {settings.max_nodes}), {left:.0f}s left \x1b[K"
-                )
-                stream.flush()
-                shown.set()
-
-        thread = threading.Thread(target=show, name="rallypoint-waiting-line", daemon=True)
-        thread.start()
-        try:
-            yield
-        finally:
-            stop.set()
-            thread.join(timeout=1)
-            if shown.is_set():
-                stream.write("\r\x1b[K")
-                stream.flush()
 
     # -- signals -----------------------------------------------------------------------------
     def _install_signal_handlers(self) -> Callable[[], None]:

@@ -4,23 +4,25 @@
 
     rallypoint run job.toml
     rallypoint run --nproc-per-node 2 train.py --lr 0.1
-    rallypoint run job.toml --nnodes 2:4 --rdzv-backend file --rdzv-endpoint /shared/rdzv --run-id exp1
+    rallypoint run --nnodes 2:4 --rdzv-backend file --rdzv-endpoint /shared/rdzv --run-id exp1 job.toml
 
-Flags are applied over the file (and over ``RALLYPOINT_*`` variables), like ``--set KEY=VALUE``.
+Flags come before the job file and the script (everything after the script is the script's), and
+are applied over the file (and over ``RALLYPOINT_*`` variables), like ``--set KEY=VALUE``.
 """
 
 from __future__ import annotations
 
-import os
 import re
-import sys
-import uuid
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from rallypoint.core.errors import ConfigError, ConfigIssue
+
+if TYPE_CHECKING:
+    from rallypoint.core.config import ResolvedConfig
+    from rallypoint.core.plugins import RallypointPluginManager
+    from rallypoint.rendezvous.backend import RendezvousBackend
 
 __all__ = ["run", "status"]
 
@@ -34,18 +36,6 @@ def _nnodes(value: str) -> tuple[int, int]:
     low = int(m.group(1))
     high = int(m.group(2)) if m.group(2) else low
     return low, high
-
-
-def _config_error(source: str | None, key: str, message: str) -> ConfigError:
-    return ConfigError([ConfigIssue(source, key, message)])
-
-
-def _visible_gpus() -> int:
-    """GPUs this node would give workers, counted without importing torch."""
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is not None:
-        return len([d for d in visible.split(",") if d.strip() and d.strip() != "-1"])
-    return len([p for p in Path("/dev").glob("nvidia[0-9]*")])
 
 
 def _overrides(**flags: Any) -> list[tuple[str, Any, str]]:
@@ -81,11 +71,30 @@ def _overrides(**flags: Any) -> list[tuple[str, Any, str]]:
     return out
 
 
-def _endpoint_override(resolved_backend: str, endpoint: str, pm: Any) -> tuple[str, Any, str]:
-    from rallypoint.core.registry import RENDEZVOUS_BACKENDS
+def _script_overrides(script: list[str], as_module: bool, job_file: str | None) -> list[tuple[str, Any, str]]:
+    """``SCRIPT [ARGS...]`` (or ``-m MODULE [ARGS...]``) as overrides of ``[job]``."""
+    if not script:
+        return []
+    if script[0].startswith("-"):
+        raise click.UsageError(
+            f"{script[0]}: options go before the job file and the script, "
+            f"e.g. rallypoint run {script[0]} ... {job_file or 'train.py'}"
+        )
+    key = "job.module" if as_module else "job.entrypoint"
+    out: list[tuple[str, Any, str]] = [(key, script[0], f"SCRIPT {_FLAG}"), ("job.args", script[1:], f"ARGS {_FLAG}")]
+    if as_module:
+        out.append(("job.entrypoint", None, f"-m {_FLAG}"))
+    elif job_file:
+        out.append(("job.module", None, f"SCRIPT {_FLAG}"))
+    return out
 
-    record = pm.registry(RENDEZVOUS_BACKENDS).get(resolved_backend, where="rendezvous.backend")
-    option = getattr(record, "endpoint_option", None)
+
+def _endpoint_override(backend: str, endpoint: str, pm: RallypointPluginManager) -> tuple[str, Any, str]:
+    """``--rdzv-endpoint VALUE`` as the override of the option the backend names for it."""
+    from rallypoint.rendezvous.records import RENDEZVOUS_BACKENDS
+
+    record = pm.registry(RENDEZVOUS_BACKENDS).get(backend, where="rendezvous.backend")
+    option = record.endpoint_option
     if option is None:
         raise ConfigError(
             [
@@ -99,21 +108,23 @@ def _endpoint_override(resolved_backend: str, endpoint: str, pm: Any) -> tuple[s
     return (f"rendezvous.options.{option}", endpoint, f"--rdzv-endpoint {_FLAG}")
 
 
-def _worker_argv(job: Any, script_from_cli: bool, base: Path) -> list[str]:
-    """The worker command line: Python scripts run with this interpreter, unbuffered."""
-    args = list(job.args)
-    if job.module:
-        return [sys.executable, "-u", "-m", job.module, *args]
-    entry = str(job.entrypoint)
-    path = Path(entry)
-    if not script_from_cli and not path.is_absolute():
-        path = base / path
-    if path.suffix == ".py":
-        if not path.exists():
-            where = "the command line" if script_from_cli else "job.entrypoint"
-            raise ConfigError([ConfigIssue(where, "job.entrypoint", f"no such script: {path}")])
-        return [sys.executable, "-u", str(path), *args]
-    return [str(path) if ("/" in entry or path.exists()) else entry, *args]
+def _resolve(
+    job_file: str | None,
+    overrides: list[tuple[str, Any, str]],
+    rdzv_endpoint: str | None,
+    pm: RallypointPluginManager,
+) -> ResolvedConfig:
+    """Load the job (file, ``RALLYPOINT_*``, flags) and resolve its plugins, once."""
+    from rallypoint.core.config import load_job_config, resolve_config
+    from rallypoint.rendezvous.config import RendezvousSection
+
+    overrides = [o for o in overrides if o[1] is not None]
+    loaded = load_job_config(job_file, pm, overrides=overrides)
+    if rdzv_endpoint is not None:  # which option the endpoint sets depends on the backend
+        backend = loaded.section(RendezvousSection).backend
+        overrides.append(_endpoint_override(backend, rdzv_endpoint, pm))
+        loaded = load_job_config(job_file, pm, overrides=overrides)
+    return resolve_config(loaded, pm)
 
 
 @click.command(context_settings={"ignore_unknown_options": False, "allow_interspersed_args": False})
@@ -166,106 +177,32 @@ def run(
     SCRIPT is required; a torchrun command line works with `rallypoint run` in place of
     `torchrun`. Exit code: 0 on success, 1 when the job failed, 2 for usage and config errors.
     """
-    from rallypoint.agent.agent import AgentSettings, ElasticAgent
-    from rallypoint.agent.env import scheduler_env
-    from rallypoint.agent.ranks import read_node_labels
+    from rallypoint.agent.agent import ElasticAgent
+    from rallypoint.agent.plan import NodeFacts, plan_job
     from rallypoint.core.cli import plugin_manager
     from rallypoint.core.commands import _parse_set
-    from rallypoint.core.config import load_job_config, resolve_config
     from rallypoint.rendezvous.handler import RendezvousHandler
-    from rallypoint.rendezvous.state import NodeInfo
 
-    rest = list(args)
-    job_file = rest.pop(0) if rest and rest[0].endswith(".toml") else None
-    overrides = _overrides(**flags)
-    if rest:
-        key = "job.module" if as_module else "job.entrypoint"
-        overrides += [(key, rest[0], f"SCRIPT {_FLAG}"), ("job.args", rest[1:], f"ARGS {_FLAG}")]
-        if as_module:
-            overrides.append(("job.entrypoint", None, f"-m {_FLAG}"))
-        elif job_file:
-            overrides.append(("job.module", None, f"SCRIPT {_FLAG}"))
-    overrides += _parse_set(set_values)
-    overrides = [o for o in overrides if o[1] is not None]
+    script = list(args)
+    job_file = script.pop(0) if script and script[0].endswith(".toml") else None
+    overrides = [*_overrides(**flags), *_script_overrides(script, as_module, job_file), *_parse_set(set_values)]
     pm = plugin_manager()
-    loaded = load_job_config(job_file, overrides=overrides)
-    if rdzv_endpoint is not None:
-        overrides.append(_endpoint_override(loaded.config.rendezvous.backend, rdzv_endpoint, pm))
-        loaded = load_job_config(job_file, overrides=overrides)
-    resolved = resolve_config(loaded, pm)
-    cfg = loaded.config
-    job = cfg.job
-    if not job.entrypoint and not job.module:
-        raise click.UsageError(
-            "nothing to run: give SCRIPT [ARGS...], or set job.entrypoint or job.module in a job file"
-        )
-    rdzv_record = resolved.selections["rendezvous.backend"].record
-    if cfg.nodes.max_nodes > 1 and rdzv_record is not None and not getattr(rdzv_record, "multi_host", True):
-        raise _config_error(
-            loaded.source_of("rendezvous.backend"),
-            "rendezvous.backend",
-            f"backend {cfg.rendezvous.backend!r} only works within one agent process, but nodes.max is "
-            f"{cfg.nodes.max_nodes}; use a shared backend such as 'file' "
-            "(--rdzv-backend file --rdzv-endpoint DIR)",
-        )
-    if cfg.rendezvous.run_id is None:
-        if cfg.nodes.max_nodes > 1:
-            raise _config_error(
-                None,
-                "rendezvous.run_id",
-                "a multi-node job needs a run id that every node shares: set rendezvous.run_id or pass --run-id",
-            )
-        cfg.rendezvous.run_id = f"{job.name or 'job'}-{uuid.uuid4().hex[:8]}"
-    run_id = cfg.rendezvous.run_id
-    nproc = cfg.nodes.nproc_per_node
-    if nproc == "auto":
-        nproc = _visible_gpus() or (os.cpu_count() or 1)
-    base = Path(job_file).resolve().parent if job_file else Path.cwd()
-    argv = _worker_argv(job, script_from_cli=bool(rest), base=base)
-
-    memory = cfg.rendezvous.backend == "memory"
-    host = host_name or __import__("socket").gethostname()
-    node = NodeInfo(
-        node_id=node_id or f"{host}-{os.getpid()}",
-        host=host,
-        addr=local_addr or ("127.0.0.1" if memory else host),
-        local_world_size=int(nproc),
-        labels=read_node_labels(os.environ, os.environ.get("RALLYPOINT_NODE_LABELS_FILE")),
-        env=scheduler_env(),
+    resolved = _resolve(job_file, overrides, rdzv_endpoint, pm)
+    facts = NodeFacts.gather(
+        job_file=job_file, script_from_cli=bool(script), host_name=host_name, node_id=node_id, local_addr=local_addr
     )
-    if memory:
-        cfg.rendezvous.options = {**cfg.rendezvous.options, "namespace": f"run-{os.getpid()}"}
-    handler = RendezvousHandler.from_config(
-        cfg.rendezvous, node, min_nodes=cfg.nodes.min, max_nodes=cfg.nodes.max_nodes, pm=pm
+    plan = plan_job(resolved, facts)
+    rdzv = plan.rendezvous
+    handler = RendezvousHandler.from_selection(
+        rdzv.backend,
+        plan.node,
+        run_id=rdzv.run_id,
+        min_nodes=rdzv.min_nodes,
+        max_nodes=rdzv.max_nodes,
+        timeouts=rdzv.timeouts,
+        pm=pm,
     )
-    worker_env = {
-        "RALLYPOINT_COLLECTIVES_BACKEND": cfg.collectives.backend,
-        "RALLYPOINT_COLLECTIVES_TIMEOUT": f"{cfg.collectives.timeout:g}",
-        **({"RALLYPOINT_CONFIG": str(Path(job_file).resolve())} if job_file else {}),
-        **job.env,
-    }
-    ranks_sel = resolved.selections.get("ranks.strategy")
-    timer_sel = resolved.selections.get("timer.watchdog")
-    settings = AgentSettings(
-        argv=argv,
-        run_id=run_id,
-        max_restarts=cfg.agent.max_restarts,
-        monitor_interval=cfg.agent.monitor_interval,
-        exit_barrier_timeout=cfg.agent.exit_barrier_timeout,
-        log_dir=Path(cfg.agent.log_dir.format(run_id=run_id, job=job.name or "job")),
-        tee=cfg.agent.tee,
-        worker_env=worker_env,
-        strategy=ranks_sel.record if ranks_sel and ranks_sel.record else None,
-        strategy_options=ranks_sel.options if ranks_sel else None,
-        watchdog=timer_sel.record if timer_sel and timer_sel.record else None,
-        watchdog_options=timer_sel.options if timer_sel else None,
-        timeline=cfg.timer.timeline,
-        store_head_start=cfg.agent.store_head_start,
-    )
-    agent = ElasticAgent(handler, settings, pm=pm)
-    agent.host = host
-    result = agent.run()
-    return result.exit_code
+    return ElasticAgent(handler, plan.settings, pm=pm).run().exit_code
 
 
 @click.command()
@@ -282,11 +219,11 @@ def status(
     set_values: tuple[str, ...],
 ) -> int:
     """Show a running job's rendezvous: round, members, nodes waiting, restarts, failures."""
+    from rallypoint.agent.config import NodesSection
     from rallypoint.core.cli import plugin_manager
     from rallypoint.core.commands import _parse_set
-    from rallypoint.core.config import load_job_config
-    from rallypoint.rendezvous.handler import open_backend
-    from rallypoint.rendezvous.state import HEADER_KEY, Header, count_key
+    from rallypoint.rendezvous.config import RendezvousSection
+    from rallypoint.rendezvous.factory import backend_record, open_backend
 
     overrides: list[tuple[str, Any, str]] = []
     if rdzv_backend:
@@ -295,19 +232,28 @@ def status(
         overrides.append(("rendezvous.run_id", run_id, f"--run-id {_FLAG}"))
     overrides += _parse_set(set_values)
     pm = plugin_manager()
-    loaded = load_job_config(job_file, overrides=overrides)
-    if rdzv_endpoint is not None:
-        overrides.append(_endpoint_override(loaded.config.rendezvous.backend, rdzv_endpoint, pm))
-        loaded = load_job_config(job_file, overrides=overrides)
-    cfg = loaded.config
-    if cfg.rendezvous.backend == "memory":
-        raise click.UsageError("the memory backend lives inside one agent process; status needs a shared backend")
-    if not cfg.rendezvous.run_id:
+    resolved = _resolve(job_file, overrides, rdzv_endpoint, pm)
+    section, nodes = resolved.section(RendezvousSection), resolved.section(NodesSection)
+    selection = resolved.selection("rendezvous.backend")
+    assert selection is not None, "the rendezvous package declares rendezvous.backend"
+    if not backend_record(selection).multi_host:
+        raise click.UsageError(
+            f"the {section.backend} backend lives inside one agent process; status needs a shared backend"
+        )
+    if not section.run_id:
         raise click.UsageError("give the job's run id: --run-id ID (or rendezvous.run_id in the job file)")
-    backend = open_backend(cfg.rendezvous, pm)
+    backend = open_backend(selection, section.run_id)
+    limits = f" (min {nodes.min}, max {nodes.max_nodes})" if job_file else ""
+    return _show_status(backend, section.run_id, limits)
+
+
+def _show_status(backend: RendezvousBackend, run_id: str, limits: str) -> int:
+    """Print what the backend holds about the job; 1 when it holds nothing."""
+    from rallypoint.rendezvous.state import HEADER_KEY, Header, count_key
+
     entry = backend.get(HEADER_KEY)
     if entry is None and backend.get(count_key(0)) is None:
-        click.echo(f"run {cfg.rendezvous.run_id!r}: no rendezvous state (not started, or another backend/endpoint)")
+        click.echo(f"run {run_id!r}: no rendezvous state (not started, or another backend/endpoint)")
         return 1
     header = Header.from_json(entry.value) if entry is not None else Header()  # round 0 still gathering
     restarts = backend.get("agent/restarts")
@@ -315,7 +261,7 @@ def status(
     joined = backend.get(count_key(header.round))
     waiting = backend.get(count_key(header.round + 1))
     state = "closed" if header.closed else ("running" if header.complete else "gathering nodes")
-    click.echo(f"run:       {cfg.rendezvous.run_id}")
+    click.echo(f"run:       {run_id}")
     click.echo(f"round:     {header.round} ({state})")
     if header.complete:
         click.echo(f"members:   {len(header.participants)}")
@@ -323,7 +269,6 @@ def status(
             click.echo(f"  {rank}: {member.node_id}")
         click.echo(f"waiting:   {int(waiting.value) if waiting else 0}")
     else:
-        limits = f" (min {cfg.nodes.min}, max {cfg.nodes.max_nodes})" if job_file else ""
         click.echo(f"joined:    {int(joined.value) if joined else 0}{limits}")
     click.echo(f"restarts:  {int(restarts.value) if restarts else 0}")
     click.echo(f"failures:  {len(failures)}")

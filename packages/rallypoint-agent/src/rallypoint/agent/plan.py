@@ -1,0 +1,377 @@
+"""Planning one node's run: from the resolved job and this node's facts to what the agent does.
+
+:func:`plan_job` decides everything ``rallypoint run`` needs before the rendezvous starts: the
+run id, the number of workers, the worker command line and environment, the log directory, the
+node record this agent publishes, and how it joins the rendezvous. It is a pure function of its
+two inputs (it reads the file system only to check the script exists and to read a node labels
+file the environment names): the resolved job config, which it never edits, and a
+:class:`NodeFacts` holding everything that is not config (host name, pid, environment, GPUs,
+working directory, job file, flags that name this node). ``NodeFacts.gather()`` reads those from
+the running process; tests build them by hand.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import socket
+import sys
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, TypeVar
+
+from pydantic import BaseModel
+
+from rallypoint.agent.agent import AgentSettings
+from rallypoint.agent.config import AgentSection, JobSection, NodesSection
+from rallypoint.agent.logs import parse_tee
+from rallypoint.agent.node import node_record
+from rallypoint.agent.records import RankStrategyRecord
+from rallypoint.core.config import ResolvedConfig, Section, Selection
+from rallypoint.core.errors import ConfigError, ConfigIssue
+from rallypoint.core.records import BackendRecord
+from rallypoint.rendezvous.config import RendezvousSection
+from rallypoint.rendezvous.records import RendezvousBackendRecord
+from rallypoint.rendezvous.state import NodeInfo
+from rallypoint.rendezvous.timeouts import RendezvousTimeouts
+
+if TYPE_CHECKING:
+    from rallypoint.collectives.config import CollectivesSection
+    from rallypoint.timer.config import TimerSection
+
+__all__ = [
+    "JobPlan",
+    "NodeFacts",
+    "RendezvousPlan",
+    "plan_job",
+    "visible_gpus",
+    "worker_argv",
+]
+
+#: The in-process rendezvous backend: it gets a namespace per agent process, and the loopback address.
+_MEMORY = "memory"
+
+S = TypeVar("S", bound=Section)
+
+
+def visible_gpus(environ: Mapping[str, str], dev: Path = Path("/dev")) -> int:
+    """GPUs this node would give workers, counted without importing torch.
+
+    ``CUDA_VISIBLE_DEVICES`` wins when set (``-1`` and empty entries hide devices); otherwise
+    the ``/dev/nvidia<N>`` device files are counted.
+    """
+    visible = environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return len([d for d in visible.split(",") if d.strip() and d.strip() != "-1"])
+    return len(list(dev.glob("nvidia[0-9]*")))
+
+
+@dataclass(frozen=True, kw_only=True)
+class NodeFacts:
+    """What planning reads about this node and this invocation, besides the job config.
+
+    Attributes:
+        host: the host name this node reports (``--host-name``, or the system's).
+        pid: the agent's process id (default node id, memory backend namespace).
+        environ: the agent's environment (node labels, scheduler variables).
+        cwd: the working directory (scripts given without a job file are found from here).
+        visible_gpus: GPUs visible to workers (``nproc_per_node = "auto"``).
+        cpu_count: CPUs of this node (``"auto"`` without GPUs).
+        job_file: the job file's absolute path, or ``None`` for a job from flags only.
+        script_from_cli: the script came from the command line (relative to ``cwd``), not from
+            ``job.entrypoint`` in the job file (relative to the job file's directory).
+        node_id: this node's identity from ``--node-id``, or ``None`` for ``<host>-<pid>``.
+        local_addr: the address other nodes reach this node at (``--local-addr``), or ``None``.
+        run_token: random text for a generated run id (``<job>-<token>``).
+        executable: the Python interpreter that runs Python workers.
+    """
+
+    host: str
+    pid: int
+    environ: Mapping[str, str] = field(default_factory=dict)
+    cwd: Path = Path("/")
+    visible_gpus: int = 0
+    cpu_count: int = 1
+    job_file: Path | None = None
+    script_from_cli: bool = False
+    node_id: str | None = None
+    local_addr: str | None = None
+    run_token: str = "0" * 8
+    executable: str = sys.executable
+
+    @classmethod
+    def gather(
+        cls,
+        *,
+        job_file: str | os.PathLike[str] | None = None,
+        script_from_cli: bool = False,
+        host_name: str | None = None,
+        node_id: str | None = None,
+        local_addr: str | None = None,
+    ) -> NodeFacts:
+        """Read the facts of the running process (the only impure step of planning)."""
+        environ = dict(os.environ)
+        return cls(
+            host=host_name or socket.gethostname(),
+            pid=os.getpid(),
+            environ=environ,
+            cwd=Path.cwd(),
+            visible_gpus=visible_gpus(environ),
+            cpu_count=os.cpu_count() or 1,
+            job_file=Path(job_file).resolve() if job_file is not None else None,
+            script_from_cli=script_from_cli,
+            node_id=node_id,
+            local_addr=local_addr,
+            run_token=uuid.uuid4().hex[:8],
+            executable=sys.executable,
+        )
+
+
+@dataclass(frozen=True)
+class RendezvousPlan:
+    """How this node joins the rendezvous.
+
+    Attributes:
+        backend: the resolved ``rendezvous.backend`` selection; its ``options`` are the ones this
+            run uses (the memory backend's namespace is per agent process).
+        run_id: the job's run id (from the config, or generated for a single-node job).
+        min_nodes: ``nodes.min``.
+        max_nodes: ``nodes.max`` (``min`` when unset).
+        timeouts: the ``[rendezvous]`` timeouts.
+    """
+
+    backend: Selection
+    run_id: str
+    min_nodes: int
+    max_nodes: int
+    timeouts: RendezvousTimeouts
+
+    @property
+    def record(self) -> RendezvousBackendRecord:
+        """The backend's registration record."""
+        record = self.backend.record
+        assert isinstance(record, RendezvousBackendRecord), "plan_job checked the record"
+        return record
+
+
+@dataclass(frozen=True)
+class JobPlan:
+    """What :func:`plan_job` decided for one node.
+
+    Attributes:
+        node: the record this node publishes in the rendezvous.
+        settings: everything the elastic agent needs besides its rendezvous handler.
+        rendezvous: how the handler is built.
+    """
+
+    node: NodeInfo
+    settings: AgentSettings
+    rendezvous: RendezvousPlan
+
+
+def _issue(source: str | None, key: str, message: str) -> ConfigError:
+    return ConfigError([ConfigIssue(source, key, message)])
+
+
+def worker_argv(
+    job: JobSection, *, script_from_cli: bool, base: Path, cwd: Path, executable: str, source: str | None = None
+) -> list[str]:
+    """The worker command line: Python scripts and modules run with ``executable``, unbuffered.
+
+    Args:
+        job: the ``[job]`` section (``entrypoint`` or ``module``, ``args``).
+        script_from_cli: the entrypoint came from the command line, so a relative path stays
+            relative to the working directory; one from the job file is made absolute from ``base``.
+        base: the job file's directory, or the working directory without a job file.
+        cwd: the working directory (where the workers start).
+        executable: the Python interpreter.
+        source: where ``job.entrypoint`` was set, for the error message.
+
+    Raises:
+        ConfigError: a ``.py`` entrypoint does not exist.
+    """
+    args = list(job.args)
+    if job.module:
+        return [executable, "-u", "-m", job.module, *args]
+    entry = str(job.entrypoint)
+    path = Path(entry)
+    if not script_from_cli and not path.is_absolute():
+        path = base / path
+    on_disk = path if path.is_absolute() else cwd / path
+    if path.suffix == ".py":
+        if not on_disk.exists():
+            raise _issue(source, "job.entrypoint", f"no such script: {path}")
+        return [executable, "-u", str(path), *args]
+    if path.is_absolute() or "/" in entry:
+        return [str(path) if path.is_absolute() else entry, *args]
+    # a bare name ("hostname") is looked up on PATH, unless a file of that name is right here
+    return [f"./{entry}" if on_disk.is_file() else entry, *args]
+
+
+def _optional_section(resolved: ResolvedConfig, model: type[S]) -> S | None:
+    """A section of a subsystem the agent does not depend on; ``None`` when it is not installed."""
+    try:
+        return resolved.section_or_none(model)
+    except LookupError:  # the package is installed but disabled (RALLYPOINT_DISABLE_PLUGINS)
+        return None
+
+
+def _collectives_section(resolved: ResolvedConfig) -> CollectivesSection | None:
+    try:
+        from rallypoint.collectives.config import CollectivesSection
+    except ImportError:  # pragma: no cover - rallypoint-collectives is not installed
+        return None
+    return _optional_section(resolved, CollectivesSection)
+
+
+def _timer_section(resolved: ResolvedConfig) -> TimerSection | None:
+    try:
+        from rallypoint.timer.config import TimerSection
+    except ImportError:  # pragma: no cover - rallypoint-timer is not installed
+        return None
+    return _optional_section(resolved, TimerSection)
+
+
+def _rendezvous_plan(resolved: ResolvedConfig, facts: NodeFacts, job_name: str) -> RendezvousPlan:
+    """Check the backend fits the node range, settle the run id and this run's backend options."""
+    nodes = resolved.section(NodesSection)
+    section = resolved.section(RendezvousSection)
+    source = resolved.loaded.source_of("rendezvous.backend")
+    selection = resolved.selection("rendezvous.backend")
+    record = selection.record if selection is not None else None
+    if selection is None or not isinstance(record, RendezvousBackendRecord):
+        raise _issue(source, "rendezvous.backend", f"{section.backend!r} is not a rendezvous backend")
+    if nodes.max_nodes > 1 and not record.multi_host:
+        raise _issue(
+            source,
+            "rendezvous.backend",
+            f"backend {section.backend!r} only works within one agent process, but nodes.max is "
+            f"{nodes.max_nodes}; use a shared backend such as 'file' "
+            "(--rdzv-backend file --rdzv-endpoint DIR)",
+        )
+    run_id = section.run_id
+    if run_id is None:
+        if nodes.max_nodes > 1:
+            raise _issue(
+                None,
+                "rendezvous.run_id",
+                "a multi-node job needs a run id that every node shares: set rendezvous.run_id or pass --run-id",
+            )
+        run_id = f"{job_name}-{facts.run_token}"
+    options = selection.options
+    if record.name == _MEMORY and options is not None and "namespace" in type(options).model_fields:
+        # two single-node jobs on one host (or in one process) must not share a rendezvous
+        options = options.model_copy(update={"namespace": f"run-{facts.pid}"})
+        selection = dataclasses.replace(selection, options=options)
+    return RendezvousPlan(
+        backend=selection,
+        run_id=run_id,
+        min_nodes=nodes.min,
+        max_nodes=nodes.max_nodes,
+        timeouts=RendezvousTimeouts.from_section(section),
+    )
+
+
+def _worker_env(resolved: ResolvedConfig, facts: NodeFacts, job: JobSection) -> dict[str, str]:
+    """Variables every worker gets on top of the torchrun ones; ``[job] env`` wins over ours.
+
+    ``RALLYPOINT_COLLECTIVES_OPTIONS`` holds the ``[collectives.options]`` that resolution
+    validated with the backend's own model, as a JSON object (``{}`` when there are none).
+    """
+    env: dict[str, str] = {}
+    collectives = _collectives_section(resolved)
+    if collectives is not None:
+        selection = resolved.selection("collectives.backend")
+        options = selection.options if selection is not None else None
+        env["RALLYPOINT_COLLECTIVES_BACKEND"] = collectives.backend
+        env["RALLYPOINT_COLLECTIVES_TIMEOUT"] = f"{collectives.timeout:g}"
+        env["RALLYPOINT_COLLECTIVES_OPTIONS"] = json.dumps(
+            options.model_dump(mode="json") if options is not None else {}, separators=(",", ":")
+        )
+    if facts.job_file is not None:
+        env["RALLYPOINT_CONFIG"] = str(facts.job_file)
+    return {**env, **job.env}
+
+
+def _log_dir(resolved: ResolvedConfig, template: str, run_id: str, job_name: str) -> Path:
+    try:
+        return Path(template.format(run_id=run_id, job=job_name))
+    except (KeyError, IndexError, ValueError) as exc:
+        raise _issue(
+            resolved.loaded.source_of("agent.log_dir"),
+            "agent.log_dir",
+            f"cannot fill in {template!r} ({type(exc).__name__}: {exc}); use {{run_id}} and {{job}} only, "
+            "and double braces for literal ones",
+        ) from None
+
+
+def _selected(resolved: ResolvedConfig, key: str) -> tuple[BackendRecord | None, BaseModel | None]:
+    selection = resolved.selection(key)
+    if selection is None:
+        return None, None
+    return selection.record, selection.options
+
+
+def plan_job(resolved: ResolvedConfig, facts: NodeFacts) -> JobPlan:
+    """Plan this node's run of a resolved job. Pure: the same inputs give the same plan.
+
+    Decides the job name (``job.name``, else the job file's stem, else ``"job"``), the run id
+    (``rendezvous.run_id``, else ``<name>-<token>`` for a single-node job), the number of local
+    workers (``"auto"``: visible GPUs, else CPUs), the worker command line and environment
+    (collectives backend, timeout and options, ``RALLYPOINT_CONFIG``, ``[job] env``), the log
+    directory, this node's rendezvous record and the rendezvous backend's options for this run.
+    ``resolved`` is not modified.
+
+    Raises:
+        ConfigError: nothing to run, a missing script, a single-process backend for a multi-node
+            job, a multi-node job without a run id, or a log directory template that does not fit.
+        NodeLabelsError: the node labels (``RALLYPOINT_NODE_LABELS`` or its file) are invalid.
+    """
+    job = resolved.section(JobSection)
+    agent = resolved.section(AgentSection)
+    if not job.entrypoint and not job.module:
+        raise _issue(
+            None, "job.entrypoint", "nothing to run: give SCRIPT [ARGS...], or set job.entrypoint or job.module"
+        )
+    name = job.name or (facts.job_file.stem if facts.job_file is not None else None) or "job"
+    rendezvous = _rendezvous_plan(resolved, facts, name)
+    nproc = resolved.section(NodesSection).nproc_per_node
+    node = node_record(
+        host=facts.host,
+        addr=facts.local_addr or ("127.0.0.1" if rendezvous.record.name == _MEMORY else facts.host),
+        local_world_size=int(facts.visible_gpus or facts.cpu_count) if nproc == "auto" else int(nproc),
+        environ=facts.environ,
+        node_id=facts.node_id,
+        pid=facts.pid,
+    )
+    strategy, strategy_options = _selected(resolved, "ranks.strategy")
+    watchdog, watchdog_options = _selected(resolved, "timer.watchdog")
+    timer = _timer_section(resolved)
+    settings = AgentSettings(
+        argv=worker_argv(
+            job,
+            script_from_cli=facts.script_from_cli,
+            base=facts.job_file.parent if facts.job_file is not None else facts.cwd,
+            cwd=facts.cwd,
+            executable=facts.executable,
+            source=resolved.loaded.source_of("job.entrypoint"),
+        ),
+        run_id=rendezvous.run_id,
+        host=facts.host,
+        max_restarts=agent.max_restarts,
+        monitor_interval=agent.monitor_interval,
+        exit_barrier_timeout=agent.exit_barrier_timeout,
+        log_dir=_log_dir(resolved, agent.log_dir, rendezvous.run_id, name),
+        tee=parse_tee(agent.tee),
+        worker_env=_worker_env(resolved, facts, job),
+        strategy=strategy if isinstance(strategy, RankStrategyRecord) else None,
+        strategy_options=strategy_options,
+        watchdog=watchdog,
+        watchdog_options=watchdog_options,
+        timeline=timer is not None and timer.timeline,
+        store_head_start=agent.store_head_start,
+    )
+    return JobPlan(node, settings, rendezvous)
