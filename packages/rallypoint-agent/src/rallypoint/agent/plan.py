@@ -34,6 +34,7 @@ from rallypoint.core.config import ResolvedConfig, Section, Selection
 from rallypoint.core.errors import ConfigError, ConfigIssue
 from rallypoint.core.records import BackendRecord
 from rallypoint.rendezvous.config import RendezvousSection
+from rallypoint.rendezvous.factory import backend_record
 from rallypoint.rendezvous.records import RendezvousBackendRecord
 from rallypoint.rendezvous.state import NodeInfo
 from rallypoint.rendezvous.timeouts import RendezvousTimeouts
@@ -152,9 +153,7 @@ class RendezvousPlan:
     @property
     def record(self) -> RendezvousBackendRecord:
         """The backend's registration record."""
-        record = self.backend.record
-        assert isinstance(record, RendezvousBackendRecord), "plan_job checked the record"
-        return record
+        return backend_record(self.backend)
 
 
 @dataclass(frozen=True)
