@@ -169,7 +169,7 @@ def test_invalid_collectives_options_stop_the_job_before_any_worker_runs(tmp_pat
 
 
 def test_status_shows_a_running_job(tmp_path: Path) -> None:
-    (tmp_path / "sleep.py").write_text("import time\ntime.sleep(60)\n")
+    (tmp_path / "sleep.py").write_text("import time\ntime.sleep(600)\n")  # until the test kills the agent
     rdzv = str(tmp_path / "rdzv")
     agent = subprocess.Popen(
         [

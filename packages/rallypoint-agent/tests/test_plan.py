@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -302,3 +303,16 @@ def test_gather_reads_the_running_process(tmp_path: Path, monkeypatch: pytest.Mo
     assert len(gathered.run_token) == 8
     assert NodeFacts.gather(host_name="h").host == "h"
     assert NodeFacts.gather().run_token != gathered.run_token
+
+
+def test_without_collectives_and_timer_packages_their_settings_are_left_out(train: Path, tmp_path: Path) -> None:
+    # the agent does not depend on rallypoint-collectives or rallypoint-timer: without them the
+    # job has no [collectives] or [timer] section, and the workers get none of their variables
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # plugins of the disabled packages fail to load
+        bare = get_plugin_manager(disabled=["collectives", "timer"], autoload=False)
+    loaded = load_job_config(None, bare, environ={}, overrides=[("job.entrypoint", str(train), "test")])
+    settings = plan_job(resolve_config(loaded, bare), facts(tmp_path, job_file=None)).settings
+    assert not [k for k in settings.worker_env if k.startswith("RALLYPOINT_COLLECTIVES_")]
+    assert settings.watchdog is None
+    assert settings.timeline is False

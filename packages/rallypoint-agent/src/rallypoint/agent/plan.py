@@ -21,7 +21,7 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import Protocol
 
 from pydantic import BaseModel
 
@@ -30,7 +30,7 @@ from rallypoint.agent.config import AgentSection, JobSection, NodesSection
 from rallypoint.agent.logs import parse_tee
 from rallypoint.agent.node import node_record
 from rallypoint.agent.records import RankStrategyRecord
-from rallypoint.core.config import ResolvedConfig, Section, Selection
+from rallypoint.core.config import ResolvedConfig, Selection
 from rallypoint.core.errors import ConfigError, ConfigIssue
 from rallypoint.core.records import BackendRecord
 from rallypoint.rendezvous.config import RendezvousSection
@@ -38,10 +38,6 @@ from rallypoint.rendezvous.factory import backend_record
 from rallypoint.rendezvous.records import RendezvousBackendRecord
 from rallypoint.rendezvous.state import NodeInfo
 from rallypoint.rendezvous.timeouts import RendezvousTimeouts
-
-if TYPE_CHECKING:
-    from rallypoint.collectives.config import CollectivesSection
-    from rallypoint.timer.config import TimerSection
 
 __all__ = [
     "JobPlan",
@@ -55,7 +51,25 @@ __all__ = [
 #: The in-process rendezvous backend: it gets a namespace per agent process, and the loopback address.
 _MEMORY = "memory"
 
-S = TypeVar("S", bound=Section)
+
+class _CollectivesFields(Protocol):
+    """What the agent reads of ``[collectives]`` (declared by ``rallypoint-collectives``)."""
+
+    @property
+    def backend(self) -> str:
+        """``collectives.backend``."""
+
+    @property
+    def timeout(self) -> float:
+        """``collectives.timeout``, in seconds."""
+
+
+class _TimerFields(Protocol):
+    """What the agent reads of ``[timer]`` (declared by ``rallypoint-timer``)."""
+
+    @property
+    def timeline(self) -> bool:
+        """``timer.timeline``."""
 
 
 def visible_gpus(environ: Mapping[str, str], dev: Path = Path("/dev")) -> int:
@@ -210,28 +224,20 @@ def worker_argv(
     return [f"./{entry}" if on_disk.is_file() else entry, *args]
 
 
-def _optional_section(resolved: ResolvedConfig, model: type[S]) -> S | None:
-    """A section of a subsystem the agent does not depend on; ``None`` when it is not installed."""
-    try:
-        return resolved.section_or_none(model)
-    except LookupError:  # the package is installed but disabled (RALLYPOINT_DISABLE_PLUGINS)
-        return None
+def _collectives_section(resolved: ResolvedConfig) -> _CollectivesFields | None:
+    """``[collectives]``, or ``None`` when no installed package declares it.
+
+    The agent passes it on to the workers without depending on ``rallypoint-collectives``, so it
+    reads the section by name rather than by model.
+    """
+    section: _CollectivesFields | None = getattr(resolved.config, "collectives", None)
+    return section
 
 
-def _collectives_section(resolved: ResolvedConfig) -> CollectivesSection | None:
-    try:
-        from rallypoint.collectives.config import CollectivesSection
-    except ImportError:  # pragma: no cover - rallypoint-collectives is not installed
-        return None
-    return _optional_section(resolved, CollectivesSection)
-
-
-def _timer_section(resolved: ResolvedConfig) -> TimerSection | None:
-    try:
-        from rallypoint.timer.config import TimerSection
-    except ImportError:  # pragma: no cover - rallypoint-timer is not installed
-        return None
-    return _optional_section(resolved, TimerSection)
+def _timer_section(resolved: ResolvedConfig) -> _TimerFields | None:
+    """``[timer]``, or ``None`` when no installed package declares it (see :func:`_collectives_section`)."""
+    section: _TimerFields | None = getattr(resolved.config, "timer", None)
+    return section
 
 
 def _rendezvous_plan(resolved: ResolvedConfig, facts: NodeFacts, job_name: str) -> RendezvousPlan:
