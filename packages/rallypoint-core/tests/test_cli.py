@@ -1,4 +1,8 @@
-"""The ``rallypoint`` command line: the real console script in a subprocess, and ``main()`` in-process."""
+"""The ``rallypoint`` command line: the real console script in a subprocess, and ``main()`` in-process.
+
+The subprocesses see core and the made-up widgets subsystem of ``tests/installed`` (see conftest), so
+every listing below is exact.
+"""
 
 from __future__ import annotations
 
@@ -14,24 +18,10 @@ from rallypoint.core.cli import main
 from rallypoint.core.errors import PluginError
 from rallypoint.core.plugins import get_plugin_manager, hookimpl
 from rallypoint.core.records import CliCommand
-from rallypoint.core.registry import CLI_COMMANDS
 
-BUILTIN_NAMES = ["core", "rendezvous", "agent", "timer", "collectives", "rpc"]
-MONOREPO_PLUGINS = ["etcd", "file", "gloo", "grpc", "nccl", "ranks"]
-BAD_DURATION = (
-    'error: job.toml: rendezvous.join_timeout: invalid duration \'ten minutes\' (write e.g. "10m" or "30s")\n'
-)
-
-
-def _version(dist: str) -> str:
-    return importlib.metadata.version(dist)
-
-
-def _installed_commands() -> str:
-    """The subcommands the installed packages register, as the CLI lists them."""
-    names = get_plugin_manager(environ={}).registry(CLI_COMMANDS).names()
-    assert {"config", "plugins"} <= set(names)
-    return ", ".join(names)
+CORE_VERSION = importlib.metadata.version("rallypoint-core")
+BAD_DURATION = 'error: job.toml: widgets.join_timeout: invalid duration \'ten minutes\' (write e.g. "10m" or "30s")\n'
+ESSENTIAL_FOOTNOTE = "* essential package (loaded even when RALLYPOINT_DISABLE_PLUGIN_AUTOLOAD is set)"
 
 
 def _rows(stdout: str) -> dict[str, str]:
@@ -56,10 +46,10 @@ def test_console_script_help(run_cli) -> None:
     assert result.returncode == 0
     assert result.stderr == ""
     assert result.stdout.startswith("Usage: rallypoint [OPTIONS] COMMAND [ARGS]...")
-    # (the column width depends on the longest command name installed)
     assert re.search(r"^  config +Check a job file and show the resolved configuration\.$", result.stdout, re.M)
     assert re.search(r"^  plugins +Show installed plugins and what they register\.$", result.stdout, re.M)
     assert "RALLYPOINT_DISABLE_PLUGINS=a,b" in result.stdout
+    assert "RALLYPOINT_<SECTION>_<KEY>=VALUE    override <section>.<key> of the job file" in result.stdout
     assert "--version" in result.stdout
     assert run_cli("-h", script=True).stdout == result.stdout
 
@@ -68,30 +58,44 @@ def test_console_script_version(run_cli) -> None:
     result = run_cli("--version", script=True)
 
     assert result.returncode == 0
-    lines = result.stdout.splitlines()
-    assert lines[0] == f"rallypoint {_version('rallypoint-core')}"
-    assert lines[1:] == [f"  rallypoint-{name} {_version(f'rallypoint-{name}')}" for name in BUILTIN_NAMES]
+    assert result.stdout.splitlines() == [
+        f"rallypoint {CORE_VERSION}",
+        f"  rallypoint-core {CORE_VERSION}",
+        "  acme-widgets 1.0",
+    ]
 
 
-def test_plugins_list_shows_builtins_and_monorepo_plugins(run_cli) -> None:
+def test_plugins_list_shows_essential_packages_and_plugins(run_cli) -> None:
     result = run_cli("plugins", "list", script=True)
 
     assert result.returncode == 0, result.stderr
     assert result.stderr == ""
-    header = result.stdout.splitlines()[0]
-    assert header.split() == ["PLUGIN", "DISTRIBUTION", "REGISTERS"]
-    rows = _rows(result.stdout)
-    assert list(rows)[: len(BUILTIN_NAMES)] == BUILTIN_NAMES
-    for name in BUILTIN_NAMES:
-        assert rows[name].split()[:3] == [name, "*", f"rallypoint-{name}"], rows[name]
-        assert f"rallypoint-{name} {_version(f'rallypoint-{name}')}" in rows[name]
-    for name in MONOREPO_PLUGINS:
-        assert rows[name].split()[:3] == [name, f"rallypoint-{name}", _version(f"rallypoint-{name}")], rows[name]
-    assert rows["core"].endswith("CLI command: plugins, config")
-    assert rows["gloo"].endswith("collective backend: gloo")
-    assert rows["nccl"].endswith("collective backend: nccl")
-    assert "* built-in package (registered without an entry point)" in result.stdout
-    assert "failed to load" not in result.stdout
+    core = f"rallypoint-core {CORE_VERSION}"
+    assert result.stdout.splitlines() == [
+        f"PLUGIN     {'DISTRIBUTION':<{len(core)}}  REGISTERS",
+        f"core *     {core}  CLI command: plugins, config",
+        f"           {'':<{len(core)}}  declares kinds: CLI command",
+        f"widgets *  {'acme-widgets 1.0':<{len(core)}}  widget backend: plain",
+        f"           {'':<{len(core)}}  declares kinds: widget backend, gadget maker, inspector, courier, widget part",
+        f"           {'':<{len(core)}}  declares sections: [widgets], [gadgets], [inspection], [delivery]",
+        f"cogs       {'acme-cogs 2.0':<{len(core)}}  widget backend: cog",
+        f"           {'':<{len(core)}}  gadget maker: lathe",
+        f"           {'':<{len(core)}}  inspector: loupe",
+        "",
+        ESSENTIAL_FOOTNOTE,
+    ]
+
+
+def test_plugins_list_of_core_alone(run_cli, core_alone) -> None:
+    result = run_cli("plugins", "list", script=True)
+
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""
+    lines = result.stdout.splitlines()
+    assert lines[0].split() == ["PLUGIN", "DISTRIBUTION", "REGISTERS"]
+    assert lines[1].split() == ["core", "*", "rallypoint-core", CORE_VERSION, "CLI", "command:", "plugins,", "config"]
+    assert lines[2].split() == ["declares", "kinds:", "CLI", "command"]
+    assert lines[3:] == ["", ESSENTIAL_FOOTNOTE]
 
 
 def test_plugins_list_json(run_cli) -> None:
@@ -99,56 +103,62 @@ def test_plugins_list_json(run_cli) -> None:
 
     assert result.returncode == 0
     data = json.loads(result.stdout)
-    assert data["failed"] == []
+    assert (data["failed"], data["conflicts"]) == ([], [])
     plugins = {p["name"]: p for p in data["plugins"]}
-    assert set(BUILTIN_NAMES + MONOREPO_PLUGINS) <= set(plugins)
+    assert list(plugins) == ["core", "widgets", "cogs"]
     assert plugins["core"] == {
         "name": "core",
         "distribution": "rallypoint-core",
-        "version": _version("rallypoint-core"),
-        "builtin": True,
+        "version": CORE_VERSION,
+        "essential": True,
         "registers": {"CLI command": ["plugins", "config"]},
+        "declares": {"kinds": ["CLI command"], "sections": []},
     }
-    assert plugins["gloo"]["builtin"] is False
-    assert plugins["gloo"]["registers"] == {"collective backend": ["gloo"]}
-    for name in BUILTIN_NAMES:
-        assert plugins[name]["builtin"] is True
+    assert plugins["widgets"]["essential"] is True
+    assert plugins["widgets"]["declares"] == {
+        "kinds": ["widget backend", "gadget maker", "inspector", "courier", "widget part"],
+        "sections": ["widgets", "gadgets", "inspection", "delivery"],
+    }
+    assert plugins["cogs"]["essential"] is False
+    assert plugins["cogs"]["registers"] == {
+        "widget backend": ["cog"],
+        "gadget maker": ["lathe"],
+        "inspector": ["loupe"],
+    }
 
 
 def test_disable_plugin_autoload_via_environment(run_cli) -> None:
     result = run_cli("plugins", "list", "--json", env={"RALLYPOINT_DISABLE_PLUGIN_AUTOLOAD": "1"}, script=True)
 
     assert result.returncode == 0
-    assert [p["name"] for p in json.loads(result.stdout)["plugins"]] == BUILTIN_NAMES
+    assert [p["name"] for p in json.loads(result.stdout)["plugins"]] == ["core", "widgets"]
 
 
 def test_disable_plugins_via_environment(run_cli) -> None:
-    result = run_cli("plugins", "list", env={"RALLYPOINT_DISABLE_PLUGINS": "gloo,etcd"}, script=True)
+    result = run_cli("plugins", "list", env={"RALLYPOINT_DISABLE_PLUGINS": "cogs"}, script=True)
 
     assert result.returncode == 0
-    rows = _rows(result.stdout)
-    assert "gloo" not in rows
-    assert "etcd" not in rows
-    assert "nccl" in rows
-    assert result.stdout.rstrip().endswith("disabled by RALLYPOINT_DISABLE_PLUGINS: etcd, gloo")
+    assert list(_rows(result.stdout)) == ["core", "widgets"]
+    assert result.stdout.rstrip().endswith("disabled by RALLYPOINT_DISABLE_PLUGINS: cogs")
 
 
-def test_disabling_a_builtin_package_still_lists_plugins(run_cli) -> None:
-    result = run_cli("plugins", "list", env={"RALLYPOINT_DISABLE_PLUGINS": "collectives"}, script=True)
+def test_disabling_an_essential_package_still_lists_plugins(run_cli) -> None:
+    result = run_cli("plugins", "list", env={"RALLYPOINT_DISABLE_PLUGINS": "widgets"}, script=True)
 
     assert result.returncode == 0, result.stderr
     assert "Traceback" not in result.stderr
-    rows = _rows(result.stdout)
-    assert "collectives" not in rows
-    assert "gloo" not in rows
-    assert "file" in rows
-    assert "\nfailed to load:\n  plugin 'gloo' (rallypoint-gloo " in result.stdout
-    assert "it implements rallypoint_collective_backends, a hook that no installed package declares" in result.stdout
-    assert result.stderr.count("warning: plugin ") == 2
+    assert list(_rows(result.stdout)) == ["core"]
+    assert "\nfailed to load:\n  plugin 'cogs' (acme-cogs 2.0) failed to load: PluginError: it implements " in (
+        result.stdout
+    )
+    assert "a hook that no installed package declares (essential packages disabled or not loaded: widgets)" in (
+        result.stdout
+    )
+    assert result.stderr.count("warning: plugin ") == 1
 
 
 def test_broken_job_file_exit_2_message_on_stderr_no_traceback(run_cli, tmp_path) -> None:
-    (tmp_path / "job.toml").write_text('[rendezvous]\njoin_timeout = "ten minutes"\n')
+    (tmp_path / "job.toml").write_text('[widgets]\njoin_timeout = "ten minutes"\n')
 
     result = run_cli("config", "check", "job.toml", script=True)
 
@@ -158,8 +168,21 @@ def test_broken_job_file_exit_2_message_on_stderr_no_traceback(run_cli, tmp_path
     assert "Traceback" not in result.stderr
 
 
+def test_a_section_of_a_package_that_is_not_installed(run_cli, tmp_path, core_alone) -> None:
+    (tmp_path / "job.toml").write_text("[widgets]\nmin = 2\n")
+
+    result = run_cli("config", "check", "job.toml", script=True)
+
+    assert result.returncode == 2
+    assert result.stderr == (
+        "error: job.toml: widgets: unknown section [widgets] (known sections: none). Sections are declared by "
+        "installed packages: if [widgets] belongs to one that is missing or disabled, install or enable it "
+        "(see rallypoint plugins list)\n"
+    )
+
+
 def test_invalid_toml_and_missing_file_exit_2(run_cli, tmp_path) -> None:
-    (tmp_path / "job.toml").write_text("[nodes\n")
+    (tmp_path / "job.toml").write_text("[widgets\n")
 
     bad = run_cli("config", "check", "job.toml", script=True)
     missing = run_cli("config", "check", "nope.toml", script=True)
@@ -177,7 +200,7 @@ def test_unknown_subcommand_exit_2_with_suggestion(run_cli) -> None:
     assert result.returncode == 2
     assert result.stdout == ""
     assert result.stderr.splitlines()[-1] == (
-        f"Error: no such command 'confg'. Did you mean 'config'? Available: {_installed_commands()}. "
+        "Error: no such command 'confg'. Did you mean 'config'? Available: config, plugins. "
         "Commands come from installed packages; see rallypoint plugins list."
     )
 
@@ -186,7 +209,7 @@ def test_unknown_subcommand_without_a_close_match(run_cli) -> None:
     result = run_cli("launch", script=True)
 
     assert result.returncode == 2
-    assert f"Error: no such command 'launch'. Available: {_installed_commands()}." in result.stderr
+    assert "Error: no such command 'launch'. Available: config, plugins." in result.stderr
 
 
 def test_missing_argument_is_a_usage_error(run_cli) -> None:
@@ -217,10 +240,10 @@ def test_config_check_prints_resolved_toml(job_file, acme_job, cli_with_acme, ca
     assert code == 0
     assert err == "\njob.toml: ok\n"
     data = tomllib.loads(out)
-    assert data["rendezvous"]["backend"] == "testkv"
-    assert data["rendezvous"]["options"] == {"endpoints": ["http://10.0.0.5:2379"], "retries": 3, "timeout": "5s"}
-    assert data["ranks"]["strategy"] == "testranks"
-    assert data["job"] == {"name": "job", "entrypoint": "train.py", "args": [], "env": {}}
+    assert list(data) == ["widgets", "gadgets", "inspection"]
+    assert data["widgets"]["backend"] == "testkv"
+    assert data["widgets"]["options"] == {"endpoints": ["http://10.0.0.5:2379"], "retries": 3, "timeout": "5s"}
+    assert data["gadgets"] == {"maker": "testmaker", "timeout": "10m"}  # an empty options table is left out
     assert 'backend = "testkv"  # job.toml; acme' in out.splitlines()
     assert len(cli_with_acme) == 1  # one manager per invocation
 
@@ -234,59 +257,59 @@ def test_config_check_set_overrides(job_file, acme_job, cli_with_acme, capsys) -
             "check",
             file,
             "--set",
-            "nodes.max=4",
+            "widgets.max=4",
             "-s",
-            "rendezvous.join_timeout=5m",
+            "widgets.join_timeout=5m",
             "--set",
-            'rendezvous.options.endpoints=["a", "b"]',
+            'widgets.options.endpoints=["a", "b"]',
             "--set",
-            "job.name=renamed",
+            "widgets.name=renamed",
         ]
     )
 
     out, _ = capsys.readouterr()
     assert code == 0
     lines = out.splitlines()
-    assert "max = 4  # --set nodes.max (command line)" in lines
-    assert 'join_timeout = "5m"  # --set rendezvous.join_timeout (command line)' in lines
-    assert 'endpoints = ["a", "b"]  # --set rendezvous.options.endpoints (command line)' in lines
-    assert 'name = "renamed"  # --set job.name (command line)' in lines
+    assert "max = 4  # --set widgets.max (command line)" in lines
+    assert 'join_timeout = "5m"  # --set widgets.join_timeout (command line)' in lines
+    assert 'endpoints = ["a", "b"]  # --set widgets.options.endpoints (command line)' in lines
+    assert 'name = "renamed"  # --set widgets.name (command line)' in lines
 
 
 def test_config_check_set_wins_over_environment(job_file, acme_job, cli_with_acme, capsys, monkeypatch) -> None:
-    monkeypatch.setenv("RALLYPOINT_NODES_MAX", "3")
-    monkeypatch.setenv("RALLYPOINT_NODES_MIN", "2")
+    monkeypatch.setenv("RALLYPOINT_WIDGETS_MAX", "3")
+    monkeypatch.setenv("RALLYPOINT_WIDGETS_MIN", "2")
     file = job_file(acme_job)
 
-    assert main(["config", "check", file, "--set", "nodes.max=5"]) == 0
+    assert main(["config", "check", file, "--set", "widgets.max=5"]) == 0
 
     lines = capsys.readouterr().out.splitlines()
-    assert "min = 2  # RALLYPOINT_NODES_MIN (environment)" in lines
-    assert "max = 5  # --set nodes.max (command line)" in lines
+    assert "min = 2  # RALLYPOINT_WIDGETS_MIN (environment)" in lines
+    assert "max = 5  # --set widgets.max (command line)" in lines
 
 
 def test_config_check_json(job_file, acme_job, cli_with_acme, capsys) -> None:
     assert main(["config", "check", job_file(acme_job), "--json"]) == 0
 
     data = json.loads(capsys.readouterr().out)
-    assert data["rendezvous"]["backend"] == "testkv"
-    assert data["plugins"]["ranks.strategy"] == {"name": "testranks", "provider": "acme", "note": None}
-    assert data["agent"]["monitor_interval"] == "100ms"
+    assert data["widgets"]["backend"] == "testkv"
+    assert data["plugins"]["gadgets.maker"] == {"name": "testmaker", "provider": "acme", "note": None}
+    assert data["widgets"]["grace"] == "5s"
 
 
 @pytest.mark.parametrize(
     ("flag", "message"),
     [
-        ("nodes.max", "error: --set (command line): nodes.max: write it as KEY=VALUE, e.g. nodes.max=4\n"),
-        ("=4", "error: --set (command line): =4: write it as KEY=VALUE, e.g. nodes.max=4\n"),
+        ("widgets.max", "error: --set (command line): widgets.max: write it as KEY=VALUE, e.g. section.key=4\n"),
+        ("=4", "error: --set (command line): =4: write it as KEY=VALUE, e.g. section.key=4\n"),
         (
-            "nodes.max=lots",
-            "error: --set nodes.max (command line): nodes.max: expected an integer, got 'lots'\n",
+            "widgets.max=lots",
+            "error: --set widgets.max (command line): widgets.max: expected an integer, got 'lots'\n",
         ),
         (
-            "nodes.mx=4",
-            "error: --set nodes.mx (command line): nodes.mx: unknown key 'mx' in [nodes]; did you mean 'max'? "
-            "(known keys: max, min, nproc_per_node)\n",
+            "widgets.mx=4",
+            "error: --set widgets.mx (command line): widgets.mx: unknown key 'mx' in [widgets]; did you mean 'max'? "
+            "(known keys: backend, env, grace, join_timeout, max, min, name, options, tags)\n",
         ),
     ],
 )
@@ -300,19 +323,21 @@ def test_config_check_bad_set(job_file, acme_job, cli_with_acme, capsys, flag: s
 
 
 def test_config_check_phase_two_error(job_file, acme_job, cli_with_acme, capsys) -> None:
-    file = job_file(acme_job.replace('strategy = "testranks"', 'strategy = "testrank"'))
+    file = job_file(acme_job.replace('maker = "testmaker"', 'maker = "testmakr"'))
 
     code = main(["config", "check", file])
 
     out, err = capsys.readouterr()
     assert code == 2
     assert out == ""
-    assert err.startswith("error: job.toml: ranks.strategy: unknown rank strategy 'testrank'; available: ")
-    assert "did you mean 'testranks'? Install plugins with pip install rallypoint-<name>" in err
+    assert err == (
+        "error: job.toml: gadgets.maker: unknown gadget maker 'testmakr'; available: testmaker; did you mean "
+        "'testmaker'? Install plugins with pip install rallypoint-<name>; see rallypoint plugins list\n"
+    )
 
 
 def test_config_check_exact_bad_duration_in_process(job_file, cli_with_acme, capsys) -> None:
-    code = main(["config", "check", job_file('[rendezvous]\njoin_timeout = "ten minutes"\n')])
+    code = main(["config", "check", job_file('[widgets]\njoin_timeout = "ten minutes"\n')])
 
     assert code == 2
     assert capsys.readouterr() == ("", BAD_DURATION)
@@ -395,12 +420,12 @@ def test_rallypoint_error_is_a_message_with_its_exit_code(cli_with_subcommands, 
 
 def test_plugins_list_still_lists_everything_when_two_plugins_conflict(tmp_path, make_distribution, run_cli) -> None:
     source = """
+        from acme_widgets import WidgetBackendRecord
         from rallypoint.core.plugins import hookimpl
-        from rallypoint.rendezvous.records import RendezvousBackendRecord
 
         @hookimpl
-        def rallypoint_rendezvous_backends():
-            return [RendezvousBackendRecord(name="shared", factory="x:y")]
+        def rallypoint_widget_backends():
+            return [WidgetBackendRecord(name="shared", factory="x:y")]
     """
     site = tmp_path / "site"
     make_distribution(site, dist="alpha-kv", version="1.0", entry_point="alpha", source=source)
@@ -409,9 +434,9 @@ def test_plugins_list_still_lists_everything_when_two_plugins_conflict(tmp_path,
     result = run_cli("plugins", "list", env={"PYTHONPATH": str(site)})
 
     assert result.returncode == 2
-    assert "collective backend: gloo" in result.stdout  # the other kinds are still listed
+    assert "gadget maker: lathe" in result.stdout  # the other kinds are still listed
     assert (
-        "rendezvous backend 'shared' is registered twice: by alpha (alpha-kv 1.0) and by beta (beta-kv 2.5)"
+        "widget backend 'shared' is registered twice: by alpha (alpha-kv 1.0) and by beta (beta-kv 2.5)"
         in result.stderr
     )
 
@@ -421,7 +446,7 @@ def test_a_misspelled_hook_in_an_installed_plugin_is_a_clear_usage_error(tmp_pat
         from rallypoint.core.plugins import hookimpl
 
         @hookimpl
-        def rallypoint_rendezvous_backend():
+        def rallypoint_widget_backend():
             return []
     """
     site = tmp_path / "site"
@@ -431,8 +456,8 @@ def test_a_misspelled_hook_in_an_installed_plugin_is_a_clear_usage_error(tmp_pat
 
     assert result.returncode == 2
     assert "Traceback" not in result.stderr
-    assert (
-        "error: plugin typo (typo-kv 0.3) implements 'rallypoint_rendezvous_backend', a hook that no installed "
-        "package declares; did you mean 'rallypoint_rendezvous_backends'? Fix the hook name in the plugin, "
-        "or disable it with RALLYPOINT_DISABLE_PLUGINS=typo"
-    ) in result.stderr
+    assert result.stderr == (
+        "error: plugin typo (typo-kv 0.3) implements 'rallypoint_widget_backend', a hook that no installed "
+        "package declares; did you mean 'rallypoint_widget_backends'? Fix the hook name in the plugin, "
+        "install the package that declares it, or disable the plugin with RALLYPOINT_DISABLE_PLUGINS=typo\n"
+    )

@@ -1,86 +1,102 @@
-"""The plugin manager: built-ins, entry points, historic hook specs, validation, env controls."""
+"""The plugin manager: essential packages, entry points, historic hook specs, validation, env controls."""
 
 from __future__ import annotations
 
-import importlib.metadata
+import sys
 from pathlib import Path
 
+import acme_widgets
 import pluggy
 import pytest
 
+from rallypoint.core import builtin
+from rallypoint.core.builtin import CLI_COMMANDS
 from rallypoint.core.errors import PluginConflictError
 from rallypoint.core.plugins import (
-    BUILTIN_PLUGINS,
+    ESSENTIAL_GROUP,
     PluginLoadWarning,
+    essential_distributions,
     get_plugin_manager,
     hookimpl,
     hookspec,
 )
 from rallypoint.core.records import BackendRecord
-from rallypoint.core.registry import CLI_COMMANDS, COLLECTIVE_BACKENDS, RENDEZVOUS_BACKENDS, PluginKind
-from rallypoint.rendezvous.records import RendezvousBackendRecord
+from rallypoint.core.registry import PluginKind
 
-BUILTIN_NAMES = ["core", "rendezvous", "agent", "timer", "collectives", "rpc"]
-#: The plugins shipped in this monorepo's plugins/ directory (installed in the workspace env).
-MONOREPO_PLUGINS = ["etcd", "file", "gloo", "grpc", "nccl", "ranks"]
+WIDGET_BACKENDS = acme_widgets.WIDGET_BACKENDS
+ESSENTIAL_NAMES = ["core", "widgets"]
 
 
-def test_builtins_are_registered_without_entry_points() -> None:
+def test_core_and_essential_packages_are_registered_without_autoload() -> None:
     pm = get_plugin_manager(autoload=False)
 
-    assert [b.name for b in BUILTIN_PLUGINS] == BUILTIN_NAMES
-    assert list(pm.infos) == BUILTIN_NAMES
-    for name in BUILTIN_NAMES:
-        info = pm.infos[name]
-        assert pm.get_plugin(name) is not None
-        assert info.builtin is True
-        assert info.distribution == f"rallypoint-{name}"
-        assert info.version == importlib.metadata.version(f"rallypoint-{name}")
+    assert list(pm.infos) == ESSENTIAL_NAMES
+    assert pm.get_plugin("core") is builtin
+    assert pm.get_plugin("widgets") is acme_widgets
+    core, widgets = pm.infos["core"], pm.infos["widgets"]
+    assert (core.distribution, core.essential) == ("rallypoint-core", True)
+    assert (widgets.distribution, widgets.version, widgets.essential) == ("acme-widgets", "1.0", True)
+    assert pm.essential_names == ESSENTIAL_NAMES
     assert pm.load_failures == []
 
 
-def test_builtins_declare_their_subsystem_hooks() -> None:
+def test_core_alone_registers_only_itself_and_declares_only_cli_commands(core_alone) -> None:
+    pm = get_plugin_manager(environ={})
+
+    assert list(pm.infos) == ["core"]
+    assert pm.kinds() == (CLI_COMMANDS,)
+    assert pm.sections() == ()
+    assert pm.job_schema().names == ()
+    assert pm.registry(CLI_COMMANDS).names() == ["config", "plugins"]
+    assert essential_distributions()[0][0] == "rallypoint-core"
+
+
+def test_essential_package_declares_its_hooks_kinds_and_sections() -> None:
     pm = get_plugin_manager(autoload=False)
 
-    for hook in (
-        "rallypoint_addhooks",
-        "rallypoint_cli_commands",
-        "rallypoint_rendezvous_backends",
-        "rallypoint_rendezvous_completed",
-        "rallypoint_rendezvous_timed_out",
-        "rallypoint_rank_strategies",
-        "rallypoint_agent_should_restart",
-        "rallypoint_worker_env",
-        "rallypoint_timer_backends",
-        "rallypoint_collective_backends",
-        "rallypoint_rpc_transports",
-    ):
+    core_hooks = ("rallypoint_addhooks", "rallypoint_plugin_kinds", "rallypoint_config_sections")
+    for hook in (*core_hooks, *(k.hook for k in acme_widgets.KINDS)):
         assert getattr(pm.hook, hook).has_spec(), hook
-    assert pm.hook.rallypoint_agent_should_restart.spec.opts["firstresult"] is True
+    assert pm.kinds() == (CLI_COMMANDS, *acme_widgets.KINDS)
+    assert pm.kind("rallypoint_gadget_makers") is acme_widgets.GADGET_MAKERS
+    assert pm.sections() == acme_widgets.SECTIONS
+    assert pm.declared_by["plugin kind rallypoint_widget_backends"] == "widgets"
+    assert pm.declared_by["plugin kind rallypoint_cli_commands"] == "core"
+    assert pm.declared_by["config key gadgets.maker"] == "widgets"
+    assert pm.declared_by["config section delivery"] == "widgets"
 
 
 def test_core_registers_the_plugins_and_config_commands() -> None:
     pm = get_plugin_manager(autoload=False)
 
     registry = pm.registry(CLI_COMMANDS)
-    core_commands = [e.record.name for e in registry.entries() if e.provider.name == "core"]
-    assert core_commands == ["plugins", "config"]
-    # the other framework packages contribute theirs through the same hook
-    assert registry.entry("run").provider.name == "agent"
-    assert registry.entry("timeline").provider.name == "timer"
+    assert [(e.record.name, e.provider.name) for e in registry.entries()] == [("plugins", "core"), ("config", "core")]
+    assert pm.registry("rallypoint_cli_commands") is registry  # by hook name, same cached registry
 
 
-def test_entry_point_plugins_of_the_monorepo_are_loaded() -> None:
+def test_entry_point_plugins_are_loaded_after_the_essential_ones() -> None:
     pm = get_plugin_manager(environ={})
 
-    assert list(pm.infos)[: len(BUILTIN_NAMES)] == BUILTIN_NAMES
-    for name in MONOREPO_PLUGINS:
-        info = pm.infos[name]
-        assert info.builtin is False
-        assert info.distribution == f"rallypoint-{name}"
-        assert pm.get_plugin(name) is not None
-    gloo = pm.registry(COLLECTIVE_BACKENDS).entry("gloo")
-    assert gloo.provider.describe() == f"gloo (rallypoint-gloo {importlib.metadata.version('rallypoint-gloo')})"
+    assert list(pm.infos) == [*ESSENTIAL_NAMES, "cogs"]
+    cogs = pm.infos["cogs"]
+    assert (cogs.distribution, cogs.version, cogs.essential) == ("acme-cogs", "2.0", False)
+    entry = pm.registry(WIDGET_BACKENDS).entry("cog")
+    assert entry.provider.describe() == "cogs (acme-cogs 2.0)"
+    assert pm.registry(WIDGET_BACKENDS).names() == ["cog", "plain"]
+
+
+def test_essential_distributions_are_listed_without_importing_them(make_distribution, tmp_path, monkeypatch) -> None:
+    module = make_distribution(
+        tmp_path, dist="acme-extra", version="0.9", entry_point="extra", source="raise ImportError('never')\n",
+        group=ESSENTIAL_GROUP,
+    )  # fmt: skip
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+    found = essential_distributions()
+
+    assert found[0][0] == "rallypoint-core"
+    assert found[1:] == [("acme-extra", "0.9"), ("acme-widgets", "1.0")]
+    assert module not in sys.modules
 
 
 def test_third_party_entry_point_is_registered_with_its_distribution(
@@ -88,60 +104,63 @@ def test_third_party_entry_point_is_registered_with_its_distribution(
 ) -> None:
     make_distribution(
         tmp_path,
-        dist="acme-rendezvous",
+        dist="acme-widget-kv",
         version="2.3.1",
         entry_point="acme",
         source="""
+            from acme_widgets import WidgetBackendRecord
             from rallypoint.core.plugins import hookimpl
-            from rallypoint.rendezvous.records import RendezvousBackendRecord
 
             @hookimpl
-            def rallypoint_rendezvous_backends():
-                return [RendezvousBackendRecord(name="acme-kv", factory="acme:Backend")]
+            def rallypoint_widget_backends():
+                return [WidgetBackendRecord(name="acme-kv", factory="acme:Backend")]
         """,
     )
     monkeypatch.syspath_prepend(str(tmp_path))
 
     pm = get_plugin_manager(environ={})
 
-    assert pm.infos["acme"].distribution == "acme-rendezvous"
+    assert pm.infos["acme"].distribution == "acme-widget-kv"
     assert pm.infos["acme"].version == "2.3.1"
-    entry = pm.registry(RENDEZVOUS_BACKENDS).entry("acme-kv")
-    assert entry.provider.describe() == "acme (acme-rendezvous 2.3.1)"
+    entry = pm.registry(WIDGET_BACKENDS).entry("acme-kv")
+    assert entry.provider.describe() == "acme (acme-widget-kv 2.3.1)"
 
 
 def test_plugins_argument_registers_objects_by_name(acme_pm) -> None:
     assert "acme" in acme_pm.infos
     assert acme_pm.infos["acme"].distribution is None
-    assert acme_pm.registry(RENDEZVOUS_BACKENDS).entry("testkv").provider.name == "acme"
+    assert acme_pm.registry(WIDGET_BACKENDS).entry("testkv").provider.name == "acme"
 
 
 def test_each_call_builds_a_fresh_manager() -> None:
     class Extra:
         @hookimpl
-        def rallypoint_rendezvous_backends(self):
-            return [RendezvousBackendRecord(name="only-here", factory="x:y")]
+        def rallypoint_widget_backends(self):
+            return [acme_widgets.WidgetBackendRecord(name="only-here", factory="x:y")]
 
     with_extra = get_plugin_manager(plugins={"extra": Extra()}, autoload=False)
     without = get_plugin_manager(autoload=False)
 
     assert with_extra is not without
-    assert "only-here" in with_extra.registry(RENDEZVOUS_BACKENDS)
-    assert "only-here" not in without.registry(RENDEZVOUS_BACKENDS)
+    assert "only-here" in with_extra.registry(WIDGET_BACKENDS)
+    assert "only-here" not in without.registry(WIDGET_BACKENDS)
 
 
 # ---------------------------------------------------------------------------------------------
-# Historic rallypoint_addhooks
+# Historic rallypoint_addhooks; kinds and sections collected once every plugin is registered
 
 
-class WidgetSpecs:
+class SprocketSpecs:
     @hookspec
-    def rallypoint_widgets(self):
-        """Register widgets (a hook of a made-up subsystem)."""
+    def rallypoint_sprockets(self):
+        """Register sprockets (a hook of another made-up subsystem)."""
 
 
-class WidgetSubsystem:
-    """Adds the widget hook specification through the historic bootstrap hook."""
+SPROCKETS = PluginKind(hook="rallypoint_sprockets", label="sprocket", record_class=BackendRecord)
+
+
+class SprocketSubsystem:
+    """Adds the sprocket hook specification through the historic bootstrap hook, and declares its kind."""
 
     def __init__(self) -> None:
         self.called_with: list[object] = []
@@ -149,35 +168,52 @@ class WidgetSubsystem:
     @hookimpl
     def rallypoint_addhooks(self, pluginmanager):
         self.called_with.append(pluginmanager)
-        pluginmanager.add_hookspecs(WidgetSpecs)
+        pluginmanager.add_hookspecs(SprocketSpecs)
 
-
-class WidgetMaker:
     @hookimpl
-    def rallypoint_widgets(self):
+    def rallypoint_plugin_kinds(self):
+        return [SPROCKETS]
+
+
+class SprocketMaker:
+    @hookimpl
+    def rallypoint_sprockets(self):
         return [BackendRecord(name="gear")]
 
 
 def test_addhooks_is_historic_and_lets_a_plugin_add_hook_specs() -> None:
-    subsystem = WidgetSubsystem()
+    subsystem = SprocketSubsystem()
     # The implementation is registered before the plugin that declares its specification.
-    pm = get_plugin_manager(plugins={"maker": WidgetMaker(), "widgets": subsystem}, autoload=False)
+    pm = get_plugin_manager(plugins={"maker": SprocketMaker(), "sprockets": subsystem}, autoload=False)
 
     assert subsystem.called_with == [pm]  # called although registered after the historic call
-    assert pm.hook.rallypoint_widgets.has_spec()
-    assert pm.hook.rallypoint_widgets() == [[BackendRecord(name="gear")]]
-    kind = PluginKind("rallypoint_widgets", "widget", "widget-dist", BackendRecord)
-    assert pm.registry(kind).names() == ["gear"]
+    assert pm.hook.rallypoint_sprockets.has_spec()
+    assert pm.hook.rallypoint_sprockets() == [[BackendRecord(name="gear")]]
+    assert pm.registry(SPROCKETS).names() == ["gear"]
+    assert pm.registry("rallypoint_sprockets").names() == ["gear"]
 
 
 def test_addhooks_reaches_plugins_registered_after_the_manager_was_built() -> None:
     pm = get_plugin_manager(autoload=False)
-    subsystem = WidgetSubsystem()
+    subsystem = SprocketSubsystem()
 
     pm.register(subsystem, name="late")
 
     assert subsystem.called_with == [pm]
-    assert pm.hook.rallypoint_widgets.has_spec()
+    assert pm.hook.rallypoint_sprockets.has_spec()
+
+
+def test_kinds_are_collected_again_after_a_late_registration() -> None:
+    pm = get_plugin_manager(autoload=False)
+    before = pm.kinds()
+    assert SPROCKETS not in before
+    assert pm.kinds() is before  # cached
+
+    pm.register(SprocketSubsystem(), name="late")
+
+    assert pm.kinds() == (*before, SPROCKETS)
+    pm.unregister(name="late")
+    assert pm.kinds() == before
 
 
 # ---------------------------------------------------------------------------------------------
@@ -186,22 +222,38 @@ def test_addhooks_reaches_plugins_registered_after_the_manager_was_built() -> No
 
 class Misspelled:
     @hookimpl
-    def rallypoint_rendezvous_backend(self):  # missing the final "s"
+    def rallypoint_widget_backend(self):  # missing the final "s"
         return []
 
 
 def test_misspelled_hookimpl_is_an_error() -> None:
     with pytest.raises(
         pluggy.PluginValidationError,
-        match=r"implements 'rallypoint_rendezvous_backend', .* did you mean 'rallypoint_rendezvous_backends'\?",
+        match=r"implements 'rallypoint_widget_backend', .* did you mean 'rallypoint_widget_backends'\?",
     ):
         get_plugin_manager(plugins={"typo": Misspelled()}, autoload=False)
+
+
+def test_hook_of_a_package_that_is_not_installed_is_an_error(core_alone) -> None:
+    class NeedsWidgets:
+        @hookimpl
+        def rallypoint_widget_backends(self):
+            return []
+
+    with pytest.raises(pluggy.PluginValidationError) as info:
+        get_plugin_manager(plugins={"orphan": NeedsWidgets()}, autoload=False)
+
+    assert str(info.value) == (
+        "plugin orphan implements 'rallypoint_widget_backends', a hook that no installed package declares. "
+        "Fix the hook name in the plugin, install the package that declares it, or disable the plugin with "
+        "RALLYPOINT_DISABLE_PLUGINS=orphan"
+    )
 
 
 def test_hookimpl_with_an_argument_the_spec_lacks_is_an_error() -> None:
     class BadSignature:
         @hookimpl
-        def rallypoint_rendezvous_backends(self, config):
+        def rallypoint_widget_backends(self, config):
             return []
 
     with pytest.raises(pluggy.PluginValidationError, match="config"):
@@ -219,7 +271,7 @@ def test_misspelled_hook_in_an_entry_point_plugin_is_an_error(
             from rallypoint.core.plugins import hookimpl
 
             @hookimpl
-            def rallypoint_rank_strategy():
+            def rallypoint_gadget_maker():
                 return []
         """,
     )
@@ -227,7 +279,7 @@ def test_misspelled_hook_in_an_entry_point_plugin_is_an_error(
 
     with pytest.raises(
         pluggy.PluginValidationError,
-        match=r"implements 'rallypoint_rank_strategy', a hook that no .* did you mean 'rallypoint_rank_strategies'\?",
+        match=r"implements 'rallypoint_gadget_maker', a hook that no .* did you mean 'rallypoint_gadget_makers'\?",
     ):
         get_plugin_manager(environ={})
 
@@ -236,30 +288,30 @@ def test_misspelled_hook_in_an_entry_point_plugin_is_an_error(
 # Conflicts
 
 
-def _kv_plugin(name: str, version: str) -> str:
+def _kv_plugin(name: str) -> str:
     return f"""
+        from acme_widgets import WidgetBackendRecord
         from rallypoint.core.plugins import hookimpl
-        from rallypoint.rendezvous.records import RendezvousBackendRecord
 
         @hookimpl
-        def rallypoint_rendezvous_backends():
-            return [RendezvousBackendRecord(name="{name}", factory="x:y")]
+        def rallypoint_widget_backends():
+            return [WidgetBackendRecord(name="{name}", factory="x:y")]
     """
 
 
 def test_two_distributions_registering_one_name_conflict_naming_both(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, make_distribution
 ) -> None:
-    make_distribution(tmp_path, dist="alpha-kv", version="1.0", entry_point="alpha", source=_kv_plugin("shared", "1"))
-    make_distribution(tmp_path, dist="beta-kv", version="2.5", entry_point="beta", source=_kv_plugin("Shared", "2"))
+    make_distribution(tmp_path, dist="alpha-kv", version="1.0", entry_point="alpha", source=_kv_plugin("shared"))
+    make_distribution(tmp_path, dist="beta-kv", version="2.5", entry_point="beta", source=_kv_plugin("Shared"))
     monkeypatch.syspath_prepend(str(tmp_path))
     pm = get_plugin_manager(environ={})
 
     with pytest.raises(PluginConflictError) as info:
-        pm.registry(RENDEZVOUS_BACKENDS)
+        pm.registry(WIDGET_BACKENDS)
 
     assert str(info.value) == (
-        "rendezvous backend 'shared' is registered twice: by alpha (alpha-kv 1.0) and by beta (beta-kv 2.5). "
+        "widget backend 'shared' is registered twice: by alpha (alpha-kv 1.0) and by beta (beta-kv 2.5). "
         "Uninstall one of them, or disable one with RALLYPOINT_DISABLE_PLUGINS=<plugin>"
     )
     assert info.value.providers == ("alpha (alpha-kv 1.0)", "beta (beta-kv 2.5)")
@@ -269,34 +321,35 @@ def test_two_distributions_registering_one_name_conflict_naming_both(
 def test_disabling_one_of_two_conflicting_plugins_resolves_the_conflict(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, make_distribution
 ) -> None:
-    make_distribution(tmp_path, dist="alpha-kv", entry_point="alpha", source=_kv_plugin("shared", "1"))
-    make_distribution(tmp_path, dist="beta-kv", entry_point="beta", source=_kv_plugin("shared", "2"))
+    make_distribution(tmp_path, dist="alpha-kv", entry_point="alpha", source=_kv_plugin("shared"))
+    make_distribution(tmp_path, dist="beta-kv", entry_point="beta", source=_kv_plugin("shared"))
     monkeypatch.syspath_prepend(str(tmp_path))
 
     pm = get_plugin_manager(environ={"RALLYPOINT_DISABLE_PLUGINS": "alpha"})
 
-    assert pm.registry(RENDEZVOUS_BACKENDS).entry("shared").provider.name == "beta"
+    assert pm.registry(WIDGET_BACKENDS).entry("shared").provider.name == "beta"
 
 
-def test_entry_point_named_like_a_builtin_is_a_load_failure_not_a_replacement(
+def test_entry_point_named_like_an_essential_package_is_a_load_failure_not_a_replacement(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, make_distribution
 ) -> None:
-    make_distribution(tmp_path, dist="impostor", entry_point="rendezvous", source=_kv_plugin("fake", "1"))
+    make_distribution(tmp_path, dist="impostor", entry_point="widgets", source=_kv_plugin("fake"))
     monkeypatch.syspath_prepend(str(tmp_path))
 
-    with pytest.warns(PluginLoadWarning, match="'rendezvous' is registered twice"):
+    with pytest.warns(PluginLoadWarning, match="'widgets' is registered twice"):
         pm = get_plugin_manager(environ={})
 
-    assert pm.infos["rendezvous"].builtin is True
+    assert pm.infos["widgets"].essential is True
+    assert pm.get_plugin("widgets") is acme_widgets
     assert [f.info.distribution for f in pm.load_failures] == ["impostor"]
-    assert "fake" not in pm.registry(RENDEZVOUS_BACKENDS)
+    assert "fake" not in pm.registry(WIDGET_BACKENDS)
 
 
 def test_same_entry_point_name_from_two_distributions_keeps_the_first(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, make_distribution
 ) -> None:
-    make_distribution(tmp_path / "a", dist="dup-one", entry_point="dup", source=_kv_plugin("one", "1"))
-    make_distribution(tmp_path / "b", dist="dup-two", entry_point="dup", source=_kv_plugin("two", "1"))
+    make_distribution(tmp_path / "a", dist="dup-one", entry_point="dup", source=_kv_plugin("one"))
+    make_distribution(tmp_path / "b", dist="dup-two", entry_point="dup", source=_kv_plugin("two"))
     monkeypatch.syspath_prepend(str(tmp_path / "b"))
     monkeypatch.syspath_prepend(str(tmp_path / "a"))
 
@@ -304,7 +357,7 @@ def test_same_entry_point_name_from_two_distributions_keeps_the_first(
         pm = get_plugin_manager(environ={})
 
     assert pm.infos["dup"].distribution == "dup-one"
-    registry = pm.registry(RENDEZVOUS_BACKENDS)
+    registry = pm.registry(WIDGET_BACKENDS)
     assert "one" in registry
     assert "two" not in registry
     [failure] = pm.load_failures
@@ -324,7 +377,7 @@ def test_plugin_that_fails_to_import_is_a_warning_and_the_others_load(
     make_distribution(
         tmp_path, dist="brokenplug", entry_point="broken", source='raise ImportError("libfoo.so not found")\n'
     )
-    make_distribution(tmp_path, dist="fine-kv", entry_point="fine", source=_kv_plugin("fine-kv", "1"))
+    make_distribution(tmp_path, dist="fine-kv", entry_point="fine", source=_kv_plugin("fine-kv"))
     monkeypatch.syspath_prepend(str(tmp_path))
 
     with pytest.warns(PluginLoadWarning) as record:
@@ -338,85 +391,106 @@ def test_plugin_that_fails_to_import_is_a_warning_and_the_others_load(
     assert [str(f.error) for f in pm.load_failures] == [expected]
     assert pm.failure_named("broken") is pm.load_failures[0]
     assert pm.get_plugin("broken") is None
-    assert "fine-kv" in pm.registry(RENDEZVOUS_BACKENDS)
-    assert pm.registry(RENDEZVOUS_BACKENDS).broken == ("broken",)
+    assert "fine-kv" in pm.registry(WIDGET_BACKENDS)
+    assert pm.registry(WIDGET_BACKENDS).broken == ("broken",)
+
+
+def test_essential_package_that_fails_to_import_sets_its_plugins_aside(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, make_distribution, installed
+) -> None:
+    installed.add("acme-widgets")  # the working fake is hidden; this one is broken
+    make_distribution(
+        tmp_path, dist="acme-widgets-broken", entry_point="widgets", source='raise ImportError("half installed")\n',
+        group=ESSENTIAL_GROUP,
+    )  # fmt: skip
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+    with pytest.warns(PluginLoadWarning) as record:
+        pm = get_plugin_manager(environ={})
+
+    assert [f.info.name for f in pm.load_failures] == ["widgets", "cogs"]
+    assert "ImportError: half installed" in str(record[0].message)
+    assert "it implements rallypoint_" in str(pm.load_failures[1].error)
+    assert "(essential packages disabled or not loaded: widgets)" in str(pm.load_failures[1].error)
 
 
 # ---------------------------------------------------------------------------------------------
 # Environment controls
 
 
-def test_disable_plugins_env_skips_entry_points_and_builtins() -> None:
-    pm = get_plugin_manager(environ={"RALLYPOINT_DISABLE_PLUGINS": "gloo, etcd,rpc"})
+def test_disable_plugins_env_skips_entry_points_and_essential_packages() -> None:
+    pm = get_plugin_manager(environ={"RALLYPOINT_DISABLE_PLUGINS": "cogs, widgets"})
 
-    assert pm.disabled == frozenset({"gloo", "etcd", "rpc"})
-    for name in ("gloo", "etcd", "rpc"):
-        assert name not in pm.infos
-        assert pm.get_plugin(name) is None
-    assert not hasattr(pm.hook, "rallypoint_rpc_transports")  # its hook specs were never added
-    assert "gloo" not in pm.registry(COLLECTIVE_BACKENDS)
-    assert "nccl" in pm.registry(COLLECTIVE_BACKENDS)
-    assert pm.load_failures == []
+    assert pm.disabled == frozenset({"cogs", "widgets"})
+    assert list(pm.infos) == ["core"]
+    assert not hasattr(pm.hook, "rallypoint_widget_backends")  # its hook specs were never added
+    assert pm.kinds() == (CLI_COMMANDS,)
+    assert pm.registry(WIDGET_BACKENDS).declared is False
+    assert pm.load_failures == []  # cogs was disabled, not set aside
 
 
 def test_disabled_argument_wins_over_the_environment() -> None:
-    pm = get_plugin_manager(disabled=["nccl"], environ={"RALLYPOINT_DISABLE_PLUGINS": "gloo"})
+    pm = get_plugin_manager(disabled=["cogs"], environ={"RALLYPOINT_DISABLE_PLUGINS": "widgets"})
 
-    assert "gloo" in pm.infos
-    assert "nccl" not in pm.infos
+    assert "widgets" in pm.infos
+    assert "cogs" not in pm.infos
 
 
 def test_disabled_plugin_passed_in_code_is_not_registered() -> None:
     class Extra:
         @hookimpl
-        def rallypoint_rendezvous_backends(self):
-            return [RendezvousBackendRecord(name="extra-kv", factory="x:y")]
+        def rallypoint_widget_backends(self):
+            return [acme_widgets.WidgetBackendRecord(name="extra-kv", factory="x:y")]
 
     pm = get_plugin_manager(plugins={"extra": Extra()}, autoload=False, disabled=["extra"])
 
-    assert "extra-kv" not in pm.registry(RENDEZVOUS_BACKENDS)
+    assert "extra-kv" not in pm.registry(WIDGET_BACKENDS)
 
 
-def test_disabling_a_builtin_turns_plugins_of_its_hooks_into_load_failures() -> None:
+def test_disabling_an_essential_package_turns_plugins_of_its_hooks_into_load_failures(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, make_distribution
+) -> None:
+    make_distribution(tmp_path, dist="other-plugin", entry_point="other", source="X = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+
     with pytest.warns(PluginLoadWarning) as record:
-        pm = get_plugin_manager(environ={"RALLYPOINT_DISABLE_PLUGINS": "collectives"})
+        pm = get_plugin_manager(environ={"RALLYPOINT_DISABLE_PLUGINS": "widgets"})
 
-    assert sorted(f.info.name for f in pm.load_failures) == ["gloo", "nccl"]
-    assert len(record) == 2
-    for failure in pm.load_failures:
-        assert pm.get_plugin(failure.info.name) is None
-        assert "it implements rallypoint_collective_backends, a hook that no installed package declares" in str(
-            failure.error
-        )
-        assert "disabled or not installed: collectives" in str(failure.error)
-    assert pm.registry(COLLECTIVE_BACKENDS).declared is False
-    assert "file" in pm.infos  # plugins unrelated to collectives still load
+    assert [f.info.name for f in pm.load_failures] == ["cogs"]
+    assert len(record) == 1
+    assert pm.get_plugin("cogs") is None
+    error = str(pm.load_failures[0].error)
+    assert "it implements rallypoint_" in error
+    assert "a hook that no installed package declares (essential packages disabled or not loaded: widgets)" in error
+    assert pm.registry(WIDGET_BACKENDS).declared is False
+    assert "other" in pm.infos  # plugins unrelated to widgets still load
 
 
 @pytest.mark.parametrize("value", ["1", "yes", "true", "on"])
-def test_disable_autoload_env_loads_builtins_only(value: str) -> None:
+def test_disable_autoload_env_loads_essential_packages_only(value: str) -> None:
     pm = get_plugin_manager(environ={"RALLYPOINT_DISABLE_PLUGIN_AUTOLOAD": value})
 
-    assert list(pm.infos) == BUILTIN_NAMES
+    assert list(pm.infos) == ESSENTIAL_NAMES
 
 
 @pytest.mark.parametrize("value", ["", "0", "false", "no", "off"])
 def test_autoload_stays_on_for_false_like_values(value: str) -> None:
     pm = get_plugin_manager(environ={"RALLYPOINT_DISABLE_PLUGIN_AUTOLOAD": value})
 
-    assert set(MONOREPO_PLUGINS) <= set(pm.infos)
+    assert "cogs" in pm.infos
 
 
 def test_autoload_argument_wins_over_the_environment() -> None:
     pm = get_plugin_manager(autoload=True, environ={"RALLYPOINT_DISABLE_PLUGIN_AUTOLOAD": "1"})
 
-    assert "gloo" in pm.infos
+    assert "cogs" in pm.infos
 
 
 def test_environment_defaults_to_os_environ(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RALLYPOINT_DISABLE_PLUGIN_AUTOLOAD", "1")
-    monkeypatch.setenv("RALLYPOINT_DISABLE_PLUGINS", "timer")
+    monkeypatch.setenv("RALLYPOINT_DISABLE_PLUGINS", "core")
 
     pm = get_plugin_manager()
 
-    assert list(pm.infos) == ["core", "rendezvous", "agent", "collectives", "rpc"]
+    assert list(pm.infos) == ["widgets"]
+    assert pm.essential_names == ESSENTIAL_NAMES

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import acme_widgets
 import click
 import pytest
 
-from rallypoint.collectives.records import CollectiveBackendRecord
+from rallypoint.core.builtin import CLI_COMMANDS
 from rallypoint.core.errors import (
     MissingDependencyError,
     PluginConflictError,
@@ -15,40 +16,39 @@ from rallypoint.core.errors import (
 )
 from rallypoint.core.plugins import PluginInfo, PluginLoadWarning, get_plugin_manager, hookimpl, hookspec
 from rallypoint.core.records import BackendRecord, CliCommand, PluginRecord, Requirement, load_object, normalize_name
-from rallypoint.core.registry import KINDS, RANK_STRATEGIES, RENDEZVOUS_BACKENDS, PluginKind, Registry
-from rallypoint.rendezvous.records import RendezvousBackendRecord
+from rallypoint.core.registry import PluginKind, Registry, SpecialValue
 
 HINT = "Install plugins with pip install rallypoint-<name>; see rallypoint plugins list"
 
 
-class WidgetSpecs:
+class GizmoSpecs:
     @hookspec
-    def rallypoint_widgets(self):
-        """Register widgets."""
+    def rallypoint_gizmos(self):
+        """Register gizmos."""
 
 
-class WidgetSubsystem:
+class GizmoSubsystem:
     @hookimpl
     def rallypoint_addhooks(self, pluginmanager):
-        pluginmanager.add_hookspecs(WidgetSpecs)
+        pluginmanager.add_hookspecs(GizmoSpecs)
 
 
-WIDGETS = PluginKind("rallypoint_widgets", "widget", "widget-dist", BackendRecord, config_key="widgets.kind")
+GIZMOS = PluginKind(hook="rallypoint_gizmos", label="gizmo", record_class=BackendRecord, config_key="gizmos.kind")
 
 
-class Widgets:
-    """A plugin returning fixed records from ``rallypoint_widgets``."""
+class Gizmos:
+    """A plugin returning fixed records from ``rallypoint_gizmos``."""
 
     def __init__(self, *records: object) -> None:
         self.records = records
 
     @hookimpl
-    def rallypoint_widgets(self):
+    def rallypoint_gizmos(self):
         return list(self.records)
 
 
-def widget_pm(**plugins: object):
-    return get_plugin_manager(plugins={"widgets": WidgetSubsystem(), **plugins}, autoload=False)
+def gizmo_pm(**plugins: object):
+    return get_plugin_manager(plugins={"gizmos": GizmoSubsystem(), **plugins}, autoload=False)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -57,7 +57,7 @@ def widget_pm(**plugins: object):
 
 @pytest.mark.parametrize(
     ("given", "normal"),
-    [("etcd", "etcd"), (" My_Backend ", "my-backend"), ("ETCD", "etcd"), ("a-b_c", "a-b-c"), ("v3", "v3")],
+    [("acme", "acme"), (" My_Backend ", "my-backend"), ("ACME", "acme"), ("a-b_c", "a-b-c"), ("v3", "v3")],
 )
 def test_normalize_name(given: str, normal: str) -> None:
     assert normalize_name(given) == normal
@@ -74,8 +74,8 @@ def test_invalid_record_names_are_refused(bad: str) -> None:
 
 
 def test_invalid_alias_is_refused() -> None:
-    with pytest.raises(PluginError, match=r"invalid plugin name 'no way' in RendezvousBackendRecord"):
-        RendezvousBackendRecord(name="fine", aliases=("no way",))
+    with pytest.raises(PluginError, match=r"invalid plugin name 'no way' in WidgetBackendRecord"):
+        acme_widgets.WidgetBackendRecord(name="fine", aliases=("no way",))
 
 
 def test_record_names_are_normalised_name_then_aliases() -> None:
@@ -96,8 +96,8 @@ def test_records_are_frozen() -> None:
 
 def test_lookup_normalises_names_and_accepts_aliases() -> None:
     gear = BackendRecord(name="Big_Gear", aliases=("bg",), summary="a big gear")
-    pm = widget_pm(maker=Widgets(gear, BackendRecord(name="cog")))
-    registry = pm.registry(WIDGETS)
+    pm = gizmo_pm(maker=Gizmos(gear, BackendRecord(name="cog")))
+    registry = pm.registry(GIZMOS)
 
     for spelling in ("big-gear", "Big_Gear", " BIG-GEAR ", "big_gear", "bg", "BG"):
         assert registry.get(spelling) is gear, spelling
@@ -109,34 +109,36 @@ def test_lookup_normalises_names_and_accepts_aliases() -> None:
     assert 42 not in registry
 
 
-def test_registry_of_a_real_kind_returns_its_typed_records(acme_pm) -> None:
-    registry = acme_pm.registry(RENDEZVOUS_BACKENDS)
+def test_registry_of_a_declared_kind_returns_its_typed_records(acme_pm) -> None:
+    registry = acme_pm.registry(acme_widgets.WIDGET_BACKENDS)
 
     record = registry.get("TKV")
-    assert isinstance(record, RendezvousBackendRecord)
+    assert isinstance(record, acme_widgets.WidgetBackendRecord)
     assert record.name == "testkv"
-    assert record.multi_host is True
+    assert record.teeth == 12
     assert registry.get("testkv") is record
+    assert registry.kind is acme_widgets.WIDGET_BACKENDS
+    assert acme_pm.registry("rallypoint_widget_backends") is registry
 
 
 def test_registry_is_cached_per_manager_and_rebuilt_after_a_registration() -> None:
-    pm = widget_pm(maker=Widgets(BackendRecord(name="cog")))
-    first = pm.registry(WIDGETS)
-    assert pm.registry(WIDGETS) is first
+    pm = gizmo_pm(maker=Gizmos(BackendRecord(name="cog")))
+    first = pm.registry(GIZMOS)
+    assert pm.registry(GIZMOS) is first
 
-    pm.register_plugin(Widgets(BackendRecord(name="sprocket")), PluginInfo("late", None, None))
+    pm.register_plugin(Gizmos(BackendRecord(name="sprocket")), PluginInfo("late", None, None))
 
-    assert pm.registry(WIDGETS) is not first
-    assert pm.registry(WIDGETS).names() == ["cog", "sprocket"]
+    assert pm.registry(GIZMOS) is not first
+    assert pm.registry(GIZMOS).names() == ["cog", "sprocket"]
 
 
 def test_entries_keep_registration_order_and_provider() -> None:
-    pm = widget_pm(
-        first=Widgets(BackendRecord(name="zeta")),
-        second=Widgets(BackendRecord(name="alpha"), BackendRecord(name="mid")),
+    pm = gizmo_pm(
+        first=Gizmos(BackendRecord(name="zeta")),
+        second=Gizmos(BackendRecord(name="alpha"), BackendRecord(name="mid")),
     )
 
-    entries = pm.registry(WIDGETS).entries()
+    entries = pm.registry(GIZMOS).entries()
 
     assert [(e.provider.name, e.record.name) for e in entries] == [
         ("first", "zeta"),
@@ -146,13 +148,13 @@ def test_entries_keep_registration_order_and_provider() -> None:
 
 
 def test_unknown_name_lists_what_is_available_suggests_and_hints() -> None:
-    pm = widget_pm(maker=Widgets(BackendRecord(name="sprocket"), BackendRecord(name="gear", aliases=("cog",))))
+    pm = gizmo_pm(maker=Gizmos(BackendRecord(name="sprocket"), BackendRecord(name="gear", aliases=("cog",))))
 
     with pytest.raises(UnknownPluginError) as info:
-        pm.registry(WIDGETS).get("sprokket", where="widgets.kind in job.toml")
+        pm.registry(GIZMOS).get("sprokket", where="gizmos.kind in job.toml")
 
     assert str(info.value) == (
-        "unknown widget 'sprokket' (widgets.kind in job.toml); available: gear, sprocket; "
+        "unknown gizmo 'sprokket' (gizmos.kind in job.toml); available: gear, sprocket; "
         f"did you mean 'sprocket'? {HINT}"
     )
     assert info.value.suggestion == "sprocket"
@@ -161,28 +163,28 @@ def test_unknown_name_lists_what_is_available_suggests_and_hints() -> None:
 
 
 def test_unknown_name_without_a_close_match() -> None:
-    pm = widget_pm(maker=Widgets(BackendRecord(name="sprocket")))
+    pm = gizmo_pm(maker=Gizmos(BackendRecord(name="sprocket")))
 
     with pytest.raises(UnknownPluginError) as info:
-        pm.registry(WIDGETS).entry("zzz")
+        pm.registry(GIZMOS).entry("zzz")
 
-    assert str(info.value) == f"unknown widget 'zzz'; available: sprocket. {HINT}"
+    assert str(info.value) == f"unknown gizmo 'zzz'; available: sprocket. {HINT}"
     assert info.value.suggestion is None
 
 
 def test_unknown_name_in_an_empty_registry() -> None:
-    pm = widget_pm()
+    pm = gizmo_pm()
 
     with pytest.raises(UnknownPluginError) as info:
-        pm.registry(WIDGETS).get("gear")
+        pm.registry(GIZMOS).get("gear")
 
-    assert str(info.value) == f"unknown widget 'gear'; available: none installed. {HINT}"
+    assert str(info.value) == f"unknown gizmo 'gear'; available: none installed. {HINT}"
 
 
 def test_kind_whose_hook_nobody_declares_is_an_empty_undeclared_registry() -> None:
     pm = get_plugin_manager(autoload=False)
 
-    registry = pm.registry(WIDGETS)
+    registry = pm.registry(GIZMOS)
 
     assert registry.declared is False
     assert len(registry) == 0
@@ -190,23 +192,97 @@ def test_kind_whose_hook_nobody_declares_is_an_empty_undeclared_registry() -> No
         registry.get("gear")
 
 
-def test_registration_kinds_cover_every_subsystem() -> None:
-    assert [k.label for k in KINDS] == [
-        "rendezvous backend",
-        "rank strategy",
-        "collective backend",
-        "timer backend",
-        "RPC transport",
-        "CLI command",
-    ]
-    assert [k.config_key for k in KINDS] == [
-        "rendezvous.backend",
-        "ranks.strategy",
-        "collectives.backend",
-        "timer.watchdog",
-        "rpc.transport",
-        None,
-    ]
+def test_registry_by_the_hook_name_of_a_kind_nobody_declares_is_an_error() -> None:
+    pm = gizmo_pm()  # the hook has a specification, but no package declares the kind
+
+    with pytest.raises(PluginError) as info:
+        pm.registry("rallypoint_gizmos")
+
+    assert str(info.value).startswith(
+        "no installed package declares the plugin kind 'rallypoint_gizmos' (declared: rallypoint_cli_commands, "
+    )
+    assert str(info.value).endswith("; see rallypoint plugins list")
+
+
+# ---------------------------------------------------------------------------------------------
+# Plugin kinds
+
+
+def test_kind_splits_its_config_key_and_knows_its_special_values() -> None:
+    auto = SpecialValue("auto", "picked at run time", needs_plugin=True)
+    kind = PluginKind(hook="rallypoint_gizmos", label="gizmo", record_class=BackendRecord,
+                      config_key="gizmos.kind", special=(auto,), install_hint="pip install gizmos")  # fmt: skip
+
+    assert (kind.section, kind.key) == ("gizmos", "kind")
+    assert kind.special_value("auto") is auto
+    assert kind.special_value("gear") is None
+    cli = PluginKind(hook="rallypoint_cli_commands", label="CLI command", record_class=CliCommand)
+    assert (cli.section, cli.key) == (None, None)
+
+
+@pytest.mark.parametrize(
+    ("fields", "problem"),
+    [
+        ({"hook": "gizmos"}, "hook 'gizmos' must be named rallypoint_<subsystem>_<things>"),
+        ({"record_class": dict}, "record_class <class 'dict'> is not a PluginRecord subclass"),
+        ({"config_key": "gizmos"}, "config_key 'gizmos' must be '<section>.<key>', e.g. 'widgets.backend'"),
+        ({"config_key": "wid_gets.kind"}, "config_key 'wid_gets.kind' must be '<section>.<key>'"),
+        (
+            {"config_key": "gizmos.kind", "record_class": CliCommand},
+            "a kind selected in the job file (config_key) needs BackendRecord records",
+        ),
+        ({"special": (SpecialValue("off", "disabled"),)}, "special values need a config_key"),
+    ],
+)
+def test_invalid_kinds_are_refused(fields: dict[str, object], problem: str) -> None:
+    given = {"hook": "rallypoint_gizmos", "label": "gizmo", "record_class": BackendRecord, **fields}
+
+    with pytest.raises(PluginError) as info:
+        PluginKind(**given)  # type: ignore[arg-type]
+
+    assert str(info.value).startswith(f"invalid plugin kind 'gizmo': {problem}")
+
+
+def test_declaring_a_kind_twice_is_a_load_failure_of_the_second() -> None:
+    class Copycat:
+        @hookimpl
+        def rallypoint_plugin_kinds(self):
+            same_key = PluginKind(
+                hook="rallypoint_gizmos", label="gizmo", record_class=BackendRecord, config_key="gadgets.maker"
+            )
+            return [same_key]
+
+    class Twice:
+        @hookimpl
+        def rallypoint_plugin_kinds(self):
+            return [acme_widgets.WIDGET_BACKENDS]
+
+    pm = get_plugin_manager(plugins={"copycat": Copycat(), "twice": Twice()}, autoload=False)
+
+    with pytest.warns(PluginLoadWarning) as record:
+        kinds = pm.kinds()
+
+    assert [k.hook for k in kinds] == ["rallypoint_cli_commands", *(k.hook for k in acme_widgets.KINDS)]
+    assert [str(w.message) for w in record] == [str(f.error) for f in pm.load_failures]
+    copycat, twice = (str(f.error) for f in pm.load_failures)
+    assert "config key 'gadgets.maker' is registered twice: by widgets (acme-widgets 1.0) and by copycat" in copycat
+    assert (
+        "plugin kind 'rallypoint_widget_backends' is registered twice: by widgets (acme-widgets 1.0) and by twice"
+        in (twice)
+    )
+
+
+def test_kinds_hook_returning_something_else_is_a_load_failure() -> None:
+    class Confused:
+        @hookimpl
+        def rallypoint_plugin_kinds(self):
+            return ["rallypoint_widget_backends"]
+
+    pm = get_plugin_manager(plugins={"confused": Confused()}, autoload=False)
+
+    with pytest.warns(PluginLoadWarning, match="rallypoint_plugin_kinds returned 'rallypoint_widget_backends'; "
+                      "expected PluginKind objects"):  # fmt: skip
+        assert pm.kinds() == (CLI_COMMANDS, *acme_widgets.KINDS)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -214,22 +290,22 @@ def test_registration_kinds_cover_every_subsystem() -> None:
 
 
 def test_two_plugins_registering_one_name_is_a_conflict_naming_both() -> None:
-    pm = widget_pm(one=Widgets(BackendRecord(name="gear")), two=Widgets(BackendRecord(name="Gear")))
+    pm = gizmo_pm(one=Gizmos(BackendRecord(name="gear")), two=Gizmos(BackendRecord(name="Gear")))
 
     with pytest.raises(PluginConflictError) as info:
-        pm.registry(WIDGETS)
+        pm.registry(GIZMOS)
 
     assert str(info.value) == (
-        "widget 'gear' is registered twice: by one and by two. "
+        "gizmo 'gear' is registered twice: by one and by two. "
         "Uninstall one of them, or disable one with RALLYPOINT_DISABLE_PLUGINS=<plugin>"
     )
 
 
 def test_an_alias_clashing_with_another_plugins_name_is_a_conflict() -> None:
-    pm = widget_pm(one=Widgets(BackendRecord(name="gear")), two=Widgets(BackendRecord(name="cog", aliases=("gear",))))
+    pm = gizmo_pm(one=Gizmos(BackendRecord(name="gear")), two=Gizmos(BackendRecord(name="cog", aliases=("gear",))))
 
-    with pytest.raises(PluginConflictError, match="widget 'gear' is registered twice: by one and by two"):
-        pm.registry(WIDGETS)
+    with pytest.raises(PluginConflictError, match="gizmo 'gear' is registered twice: by one and by two"):
+        pm.registry(GIZMOS)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -237,16 +313,16 @@ def test_an_alias_clashing_with_another_plugins_name_is_a_conflict() -> None:
 
 
 def test_wrong_record_type_is_a_load_failure_warning() -> None:
-    pm = widget_pm(bad=Widgets("not a record"), good=Widgets(BackendRecord(name="gear")))
+    pm = gizmo_pm(bad=Gizmos("not a record"), good=Gizmos(BackendRecord(name="gear")))
 
     with pytest.warns(PluginLoadWarning) as record:
-        registry = pm.registry(WIDGETS)
+        registry = pm.registry(GIZMOS)
 
     assert registry.names() == ["gear"]
     [failure] = pm.load_failures
     assert failure.info.name == "bad"
     assert str(failure.error) == (
-        "plugin 'bad' (bad) failed to load: PluginError: rallypoint_widgets returned 'not a record'; "
+        "plugin 'bad' (bad) failed to load: PluginError: rallypoint_gizmos returned 'not a record'; "
         "expected BackendRecord records. Reinstall it (pip install --force-reinstall bad), "
         "or disable it with RALLYPOINT_DISABLE_PLUGINS=bad"
     )
@@ -259,36 +335,36 @@ def test_wrong_record_type_is_a_load_failure_warning() -> None:
 def test_record_of_another_kind_is_refused(acme_pm) -> None:
     class Confused:
         @hookimpl
-        def rallypoint_rendezvous_backends(self):
-            # a collective backend record returned from the rendezvous hook
-            return [CollectiveBackendRecord(name="mixed-up", torch_backend="gloo")]
+        def rallypoint_widget_backends(self):
+            # a gadget maker record returned from the widget backend hook
+            return [acme_widgets.GadgetMakerRecord(name="mixed-up")]
 
         @hookimpl
-        def rallypoint_rank_strategies(self):
-            return [BackendRecord(name="untyped")]  # the base class, not a RankStrategyRecord
+        def rallypoint_gadget_makers(self):
+            return [BackendRecord(name="untyped")]  # the base class, not a GadgetMakerRecord
 
     pm = get_plugin_manager(plugins={"confused": Confused()}, autoload=False)
 
-    with pytest.warns(PluginLoadWarning, match="expected RendezvousBackendRecord records"):
-        rendezvous = pm.registry(RENDEZVOUS_BACKENDS)
-    with pytest.warns(PluginLoadWarning, match="expected RankStrategyRecord records"):
-        ranks = pm.registry(RANK_STRATEGIES)
+    with pytest.warns(PluginLoadWarning, match="expected WidgetBackendRecord records"):
+        widgets = pm.registry(acme_widgets.WIDGET_BACKENDS)
+    with pytest.warns(PluginLoadWarning, match="expected GadgetMakerRecord records"):
+        makers = pm.registry(acme_widgets.GADGET_MAKERS)
 
-    assert "mixed-up" not in rendezvous
-    assert "untyped" not in ranks
+    assert "mixed-up" not in widgets
+    assert "untyped" not in makers
     assert [f.info.name for f in pm.load_failures] == ["confused", "confused"]
 
 
 def test_hook_that_raises_is_a_load_failure_and_others_still_register() -> None:
     class Exploding:
         @hookimpl
-        def rallypoint_widgets(self):
+        def rallypoint_gizmos(self):
             raise RuntimeError("database unreachable")
 
-    pm = widget_pm(boom=Exploding(), good=Widgets(BackendRecord(name="gear")))
+    pm = gizmo_pm(boom=Exploding(), good=Gizmos(BackendRecord(name="gear")))
 
     with pytest.warns(PluginLoadWarning, match="plugin 'boom' .* RuntimeError: database unreachable"):
-        registry = pm.registry(WIDGETS)
+        registry = pm.registry(GIZMOS)
 
     assert registry.names() == ["gear"]
     assert registry.broken == ("boom",)
@@ -297,12 +373,12 @@ def test_hook_that_raises_is_a_load_failure_and_others_still_register() -> None:
 def test_hook_returning_none_registers_nothing() -> None:
     class Nothing:
         @hookimpl
-        def rallypoint_widgets(self):
+        def rallypoint_gizmos(self):
             return None
 
-    pm = widget_pm(nothing=Nothing())
+    pm = gizmo_pm(nothing=Nothing())
 
-    assert pm.registry(WIDGETS).names() == []
+    assert pm.registry(GIZMOS).names() == []
     assert pm.load_failures == []
 
 
@@ -352,9 +428,9 @@ def test_requirements() -> None:
         ),
     )
     with pytest.raises(MissingDependencyError) as info:
-        record.check_requirements("rendezvous backend")
+        record.check_requirements("widget backend")
     assert str(info.value) == (
-        "rendezvous backend 'needy' needs the Python module 'surely_not_installed_mod', which is not installed. "
+        "widget backend 'needy' needs the Python module 'surely_not_installed_mod', which is not installed. "
         "Install it with: pip install x"
     )
     BackendRecord(name="ok", requires=(Requirement(module="pluggy", install="pluggy"),)).check_requirements("x")
@@ -376,11 +452,11 @@ def test_cli_command_records_load_click_commands() -> None:
 
 
 def test_did_you_mean() -> None:
-    assert did_you_mean("etdc", ["etcd", "file", "grpc"]) == "etcd"
-    assert did_you_mean("zzz", ["etcd", "file", "grpc"]) is None
+    assert did_you_mean("acem", ["acme", "plain", "bent"]) == "acme"
+    assert did_you_mean("zzz", ["acme", "plain", "bent"]) is None
     assert did_you_mean("x", []) is None
 
 
 def test_plugin_record_is_the_common_base() -> None:
-    for record_type in (BackendRecord, CliCommand, RendezvousBackendRecord, CollectiveBackendRecord):
+    for record_type in (BackendRecord, CliCommand, acme_widgets.WidgetBackendRecord, acme_widgets.WidgetPartRecord):
         assert issubclass(record_type, PluginRecord)

@@ -6,7 +6,6 @@ point) into ``tmp_path`` and puts it on ``PYTHONPATH``: the same discovery as ``
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
 import tomllib
 from pathlib import Path
@@ -44,7 +43,7 @@ def test_plugins_list_survives_a_broken_plugin(run_cli, broken_plugin) -> None:
     assert BROKEN_WARNING.removeprefix("warning: ") in failed
     table = stdout[: stdout.index("\nfailed to load:\n")]
     assert "\nbroken " not in table  # not listed as a working plugin
-    assert "\ngloo " in table  # the others still are
+    assert "\ncogs " in table  # the others still are
 
 
 def test_plugins_list_json_reports_the_failure(run_cli, broken_plugin) -> None:
@@ -64,7 +63,7 @@ def test_plugins_list_json_reports_the_failure(run_cli, broken_plugin) -> None:
 
 
 def test_selecting_the_broken_plugin_is_a_clear_error(run_cli, broken_plugin, tmp_path: Path) -> None:
-    (tmp_path / "job.toml").write_text('[rendezvous]\nbackend = "broken"\n')
+    (tmp_path / "job.toml").write_text('[widgets]\nbackend = "broken"\n')
 
     result = run_cli("config", "check", "job.toml", env=broken_plugin)
 
@@ -72,7 +71,7 @@ def test_selecting_the_broken_plugin_is_a_clear_error(run_cli, broken_plugin, tm
     assert result.stdout == ""
     assert "Traceback" not in result.stderr
     assert (
-        "error: job.toml: rendezvous.backend: plugin 'broken' (brokenplug 1.0) failed to load: ImportError: "
+        "error: job.toml: widgets.backend: plugin 'broken' (brokenplug 1.0) failed to load: ImportError: "
         "libbroken.so: cannot open shared object file. Reinstall it (pip install --force-reinstall brokenplug), "
         "or disable it with RALLYPOINT_DISABLE_PLUGINS=broken"
     ) in result.stderr.splitlines()
@@ -96,16 +95,15 @@ def test_autoload_off_does_not_even_try_the_broken_plugin(run_cli, broken_plugin
 
 
 # ---------------------------------------------------------------------------------------------
-# A working third-party plugin: a rendezvous backend with options and a rank strategy
+# A working third-party plugin of the widgets subsystem: a widget backend with options and a gadget maker
 
 ACME_SOURCE = '''
-"""rp-acme: a third-party rallypoint plugin."""
+"""rp-acme: a third-party plugin of the (made-up) widgets subsystem."""
 
+from acme_widgets import GadgetMakerRecord, WidgetBackendRecord
 from pydantic import BaseModel, ConfigDict
 
-from rallypoint.agent.records import RankStrategyRecord
 from rallypoint.core.plugins import hookimpl
-from rallypoint.rendezvous.records import RendezvousBackendRecord
 
 
 class RedisOptions(BaseModel):
@@ -115,33 +113,28 @@ class RedisOptions(BaseModel):
 
 
 @hookimpl
-def rallypoint_rendezvous_backends():
-    return [RendezvousBackendRecord(name="acme-redis", aliases=("redis",), summary="Redis streams",
-                                    factory="rp_acme_impl:Backend", options_model=RedisOptions)]
+def rallypoint_widget_backends():
+    return [WidgetBackendRecord(name="acme-redis", aliases=("redis",), summary="Redis streams",
+                                factory="rp_acme_impl:Backend", options_model=RedisOptions)]
 
 
 @hookimpl
-def rallypoint_rank_strategies():
-    return [RankStrategyRecord(name="acme-rack", summary="racks first", factory="rp_acme_impl:assign")]
+def rallypoint_gadget_makers():
+    return [GadgetMakerRecord(name="acme-rack", summary="racks first", factory="rp_acme_impl:make")]
 '''
 
 ACME_JOB = """\
-[job]
-entrypoint = "train.py"
-
-[nodes]
+[widgets]
 min = 2
-
-[rendezvous]
 backend = "redis"
-[rendezvous.options]
+[widgets.options]
 url = "redis://10.0.0.7:6379"
 
-[ranks]
-strategy = "acme-rack"
+[gadgets]
+maker = "acme-rack"
 
-[collectives]
-backend = "gloo"
+[inspection]
+inspector = "loupe"
 """
 
 
@@ -165,8 +158,8 @@ def test_third_party_plugin_is_listed(run_cli, acme_plugin) -> None:
     assert result.stderr == ""
     lines = result.stdout.splitlines()
     [row] = [i for i, line in enumerate(lines) if line.startswith("acme ")]
-    assert lines[row].split()[1:] == ["rp-acme", "0.3", "rendezvous", "backend:", "acme-redis"]
-    assert lines[row + 1].split() == ["rank", "strategy:", "acme-rack"]
+    assert lines[row].split()[1:] == ["rp-acme", "0.3", "widget", "backend:", "acme-redis"]
+    assert lines[row + 1].split() == ["gadget", "maker:", "acme-rack"]
 
 
 def test_config_check_with_a_third_party_plugin(run_cli, acme_plugin) -> None:
@@ -175,32 +168,30 @@ def test_config_check_with_a_third_party_plugin(run_cli, acme_plugin) -> None:
         "check",
         "job.toml",
         "--set",
-        "rendezvous.options.db=3",
-        env={**acme_plugin, "RALLYPOINT_NODES_MAX": "4"},
+        "widgets.options.db=3",
+        env={**acme_plugin, "RALLYPOINT_WIDGETS_MAX": "4"},
     )
 
     assert result.returncode == 0, result.stderr
     assert result.stderr == "\njob.toml: ok\n"
     data = tomllib.loads(result.stdout)
-    assert data["rendezvous"]["backend"] == "redis"
-    assert data["rendezvous"]["options"] == {"url": "redis://10.0.0.7:6379", "db": 3}
-    assert data["nodes"] == {"min": 2, "max": 4, "nproc_per_node": 1}
+    assert data["widgets"]["backend"] == "redis"
+    assert data["widgets"]["options"] == {"url": "redis://10.0.0.7:6379", "db": 3}
+    assert (data["widgets"]["min"], data["widgets"]["max"]) == (2, 4)
     lines = result.stdout.splitlines()
     assert 'backend = "redis"  # job.toml; acme (rp-acme 0.3)' in lines
-    assert 'strategy = "acme-rack"  # job.toml; acme (rp-acme 0.3)' in lines
-    assert "max = 4  # RALLYPOINT_NODES_MAX (environment)" in lines
-    assert "db = 3  # --set rendezvous.options.db (command line)" in lines
-    gloo = f"gloo (rallypoint-gloo {importlib.metadata.version('rallypoint-gloo')})"
-    assert f'backend = "gloo"  # job.toml; {gloo}' in lines
+    assert 'maker = "acme-rack"  # job.toml; acme (rp-acme 0.3)' in lines
+    assert "max = 4  # RALLYPOINT_WIDGETS_MAX (environment)" in lines
+    assert "db = 3  # --set widgets.options.db (command line)" in lines
+    assert 'inspector = "loupe"  # job.toml; cogs (acme-cogs 2.0)' in lines
 
 
 def test_config_check_validates_the_third_party_options(run_cli, acme_plugin) -> None:
-    result = run_cli("config", "check", "job.toml", env={**acme_plugin, "RALLYPOINT_RENDEZVOUS_OPTIONS_DB": "zero"})
+    result = run_cli("config", "check", "job.toml", env={**acme_plugin, "RALLYPOINT_WIDGETS_OPTIONS_DB": "zero"})
 
     assert result.returncode == 2
     assert result.stderr == (
-        "error: RALLYPOINT_RENDEZVOUS_OPTIONS_DB (environment): rendezvous.options.db: expected an integer, "
-        "got 'zero'\n"
+        "error: RALLYPOINT_WIDGETS_OPTIONS_DB (environment): widgets.options.db: expected an integer, got 'zero'\n"
     )
 
 
@@ -210,9 +201,7 @@ def test_misspelled_backend_suggests_the_third_party_name(run_cli, acme_plugin, 
     result = run_cli("config", "check", "job.toml", env=acme_plugin)
 
     assert result.returncode == 2
-    [line] = result.stderr.splitlines()
-    assert line.startswith("error: job.toml: rendezvous.backend: unknown rendezvous backend 'acme-rediss'; available: ")
-    assert "acme-redis" in line
-    assert line.endswith(
-        "did you mean 'acme-redis'? Install plugins with pip install rallypoint-<name>; see rallypoint plugins list"
+    assert result.stderr == (
+        "error: job.toml: widgets.backend: unknown widget backend 'acme-rediss'; available: acme-redis, cog, plain; "
+        "did you mean 'acme-redis'? Install plugins with pip install rallypoint-<name>; see rallypoint plugins list\n"
     )

@@ -119,7 +119,7 @@ def cli() -> None:
 
     \b
     Environment:
-      RALLYPOINT_<SECTION>_<KEY>          override a job file key, e.g. RALLYPOINT_WIDGETS_COUNT=4
+      RALLYPOINT_<SECTION>_<KEY>=VALUE    override <section>.<key> of the job file
       RALLYPOINT_DISABLE_PLUGINS=a,b      never load these plugins
       RALLYPOINT_DISABLE_PLUGIN_AUTOLOAD  load essential packages only, no other plugins
       RALLYPOINT_DEBUG=1                  show tracebacks of unexpected errors

@@ -471,7 +471,10 @@ def _hook_error(pm: RallypointPluginManager, exc: pluggy.PluginValidationError) 
         and any(impl.plugin is exc.plugin for impl in getattr(pm.hook, name).get_hookimpls())
     ]
     hook = unknown[0] if unknown else "?"
-    guess = did_you_mean(hook, known)
+    # compare what follows the shared "rallypoint_" prefix, which would make every hook look alike
+    prefix = f"{PROJECT_NAME}_"
+    stem = did_you_mean(hook.removeprefix(prefix), [k.removeprefix(prefix) for k in known])
+    guess = next((k for k in known if k.removeprefix(prefix) == stem), None) if stem else None
     hint = f"; did you mean {guess!r}?" if guess else "."
     return UnknownHookError(
         exc.plugin,

@@ -1,0 +1,59 @@
+"""The optional ``[rpc]`` section and the RPC-transport kind this package declares (moved from core)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from rallypoint.core.config import build_schema, load_job_config, resolve_config
+from rallypoint.core.errors import ConfigError
+from rallypoint.core.plugins import get_plugin_manager
+from rallypoint.rpc.config import RPC_SECTION, RpcSection
+from rallypoint.rpc.records import RPC_TRANSPORTS
+
+SCHEMA = build_schema([RPC_SECTION])
+
+
+def test_the_package_declares_its_kind_and_an_optional_section() -> None:
+    pm = get_plugin_manager(autoload=False)
+
+    assert pm.kind("rallypoint_rpc_transports") is RPC_TRANSPORTS
+    assert RPC_TRANSPORTS.config_key == "rpc.transport"
+    assert RPC_SECTION in pm.sections()
+    assert RPC_SECTION.optional is True
+    assert pm.infos["rpc"].essential is True
+
+
+def test_the_section_is_absent_unless_the_job_has_it(tmp_path: Path) -> None:
+    loaded = load_job_config(None, SCHEMA, environ={})
+    assert loaded.config.rpc is None
+    assert loaded.section_or_none(RpcSection) is None
+
+    (tmp_path / "job.toml").write_text('[rpc]\ntransport = "grpc"\nserializer = "pickle"\n')
+    rpc = load_job_config(tmp_path / "job.toml", SCHEMA, environ={}).section(RpcSection)
+    assert (rpc.transport, rpc.serializer, rpc.options) == ("grpc", "pickle", {})
+
+
+def test_serializer_is_safe_or_pickle(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "job.toml").write_text('[rpc]\nserializer = "json"\n')
+
+    with pytest.raises(ConfigError) as info:
+        load_job_config("job.toml", SCHEMA, environ={})
+
+    assert str(info.value) == "job.toml: rpc.serializer: expected 'safe' or 'pickle', got 'json'"
+
+
+def test_the_transport_is_resolved_only_when_the_job_has_an_rpc_section(tmp_path: Path) -> None:
+    pm = get_plugin_manager(environ={}, disabled=["grpc"])  # the transport plugin is disabled
+    assert pm.registry(RPC_TRANSPORTS).names() == []
+    entry = [("job.entrypoint", "train.py", "test")]
+    assert resolve_config(load_job_config(None, pm, environ={}, overrides=entry), pm).selection("rpc.transport") is None
+
+    (tmp_path / "rpc.toml").write_text('[job]\nentrypoint = "train.py"\n[rpc]\n')
+    with pytest.raises(ConfigError) as info:
+        resolve_config(load_job_config(tmp_path / "rpc.toml", pm, environ={}), pm)
+    assert f"{tmp_path / 'rpc.toml'}: rpc.transport: unknown RPC transport 'grpc'; available: none installed." in (
+        str(info.value)
+    )
