@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 
 import netns
 
@@ -55,7 +56,11 @@ def test_close_kills_processes_and_removes_namespaces():
     with netns.host_network(2) as net:
         sleeper = net.hosts[0].popen([PY, "-c", "import time; time.sleep(600)"])
         namespaces = [h.ns for h in net.hosts] + [net.switch]
-        assert net.hosts[0].pids()
+        # `ip netns exec` enters the namespace after it started: wait until the sleeper is in it
+        deadline = time.monotonic() + 30
+        while not net.hosts[0].pids():
+            assert time.monotonic() < deadline, "the sleeper never entered its host's namespace"
+            time.sleep(0.01)
     assert sleeper.poll() is not None
     left = netns.leftovers(os.getpid())
     assert left == []
