@@ -65,7 +65,7 @@ def wait_for(condition: Callable[[], bool], what: str, deadline: float = 60.0) -
 
 def arrival_key(call: int, rank: int) -> str:
     """The store key where ``rank`` announces it reached call ``call`` on WORLD (docs/collectives.md)."""
-    name = dist.distributed_c10d._get_process_group_name(dist.group.WORLD)
+    name = dist.distributed_c10d._get_process_group_name(dist.distributed_c10d._get_default_group())
     return f"rallypoint/collectives/{name}/{call}/{rank}"
 
 

@@ -6,7 +6,7 @@ names and order; each one also accepts ``timeout=`` (seconds; ``None`` means the
 the sender's rank, as torch's does); ``async_op=True`` returns a
 :class:`~rallypoint.collectives.waiting.Work` whose ``wait(timeout=None)`` applies the same
 timeout rules. The collectives share one fast path,
-:func:`~rallypoint.collectives.waiting.run_collective`.
+:func:`~rallypoint.collectives.waiting.finish_collective`.
 
 Importing this module imports torch.
 """
@@ -21,7 +21,7 @@ import torch
 import torch.distributed as _dist
 
 from rallypoint.collectives.state import GROUPS, PG_TIMEOUT_MARGIN, STATE, group_info, is_stream_ordered
-from rallypoint.collectives.waiting import Work, complete, run_collective
+from rallypoint.collectives.waiting import Work, complete, finish_collective
 
 __all__ = [
     "ProcessGroup",
@@ -108,7 +108,8 @@ def irecv(
 
 
 # ------------------------------------------------------------------------------------------------
-# Collectives: each one is torch's call through the shared fast path (run_collective).
+# Collectives: each one issues torch's call (asynchronously unless the group is stream-ordered and
+# the call synchronous without a timeout) and ends in the shared fast path, finish_collective.
 
 
 def broadcast(
@@ -119,7 +120,9 @@ def broadcast(
     timeout: float | None = None,
 ) -> Any:
     """Copy ``tensor`` from global rank ``src`` to every rank of the group; returns ``tensor``."""
-    return run_collective("broadcast", _dist.broadcast, (tensor, src), group, async_op, timeout, tensor)
+    info = GROUPS.get(group) or group_info(group)
+    work = _dist.broadcast(tensor, src, group, info.blocking or async_op or timeout is not None)
+    return finish_collective(work, "broadcast", info, async_op, timeout, tensor)
 
 
 def all_reduce(
@@ -130,7 +133,9 @@ def all_reduce(
     timeout: float | None = None,
 ) -> Any:
     """Reduce ``tensor`` across the group in place with ``op``; every rank gets the result."""
-    return run_collective("all_reduce", _dist.all_reduce, (tensor, op), group, async_op, timeout, tensor)
+    info = GROUPS.get(group) or group_info(group)
+    work = _dist.all_reduce(tensor, op, group, info.blocking or async_op or timeout is not None)
+    return finish_collective(work, "all_reduce", info, async_op, timeout, tensor)
 
 
 def reduce(
@@ -146,7 +151,9 @@ def reduce(
     Only ``dst``'s tensor is guaranteed to hold the result; the others' content is unspecified
     (as in torch).
     """
-    return run_collective("reduce", _dist.reduce, (tensor, dst, op), group, async_op, timeout, tensor)
+    info = GROUPS.get(group) or group_info(group)
+    work = _dist.reduce(tensor, dst, op, group, info.blocking or async_op or timeout is not None)
+    return finish_collective(work, "reduce", info, async_op, timeout, tensor)
 
 
 def all_gather(
@@ -157,7 +164,9 @@ def all_gather(
     timeout: float | None = None,
 ) -> Any:
     """Gather every rank's ``tensor`` into ``tensor_list`` on every rank; returns ``tensor_list``."""
-    return run_collective("all_gather", _dist.all_gather, (tensor_list, tensor), group, async_op, timeout, tensor_list)
+    info = GROUPS.get(group) or group_info(group)
+    work = _dist.all_gather(tensor_list, tensor, group, info.blocking or async_op or timeout is not None)
+    return finish_collective(work, "all_gather", info, async_op, timeout, tensor_list)
 
 
 def gather(
@@ -172,7 +181,9 @@ def gather(
 
     Returns ``gather_list`` (``None`` on the other ranks, which pass none).
     """
-    return run_collective("gather", _dist.gather, (tensor, gather_list, dst), group, async_op, timeout, gather_list)
+    info = GROUPS.get(group) or group_info(group)
+    work = _dist.gather(tensor, gather_list, dst, group, info.blocking or async_op or timeout is not None)
+    return finish_collective(work, "gather", info, async_op, timeout, gather_list)
 
 
 def scatter(
@@ -187,12 +198,16 @@ def scatter(
 
     Returns ``tensor``. Only ``src`` passes ``scatter_list``.
     """
-    return run_collective("scatter", _dist.scatter, (tensor, scatter_list, src), group, async_op, timeout, tensor)
+    info = GROUPS.get(group) or group_info(group)
+    work = _dist.scatter(tensor, scatter_list, src, group, info.blocking or async_op or timeout is not None)
+    return finish_collective(work, "scatter", info, async_op, timeout, tensor)
 
 
 def barrier(group: ProcessGroup | None = None, async_op: bool = False, timeout: float | None = None) -> Any:
     """Wait until every rank of the group reaches this call; ``None`` (or a :class:`Work`)."""
-    return run_collective("barrier", _dist.barrier, (), group, async_op, timeout, None)
+    info = GROUPS.get(group) or group_info(group)
+    work = _dist.barrier(group, info.blocking or async_op or timeout is not None)
+    return finish_collective(work, "barrier", info, async_op, timeout, None)
 
 
 # ------------------------------------------------------------------------------------------------

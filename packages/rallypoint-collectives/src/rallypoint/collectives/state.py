@@ -140,11 +140,13 @@ class GroupInfo:
         group: the group (``None`` for the default group).
         stream_ordered: whether its backend's record says ``stream_ordered`` (see
             :class:`~rallypoint.collectives.records.CollectiveBackendRecord`).
+        blocking: ``not stream_ordered``: the CPU waits for its calls, so the facade times
+            them, issuing even synchronous calls asynchronously.
         seq: how many collectives this rank has issued on it; call *n* is the same call on every
             member, which is how arrivals are matched.
     """
 
-    __slots__ = ("group", "seq", "stream_ordered")
+    __slots__ = ("blocking", "group", "seq", "stream_ordered")
 
     def __init__(self, group: _dist.ProcessGroup | None) -> None:
         self.group = group
@@ -154,6 +156,7 @@ class GroupInfo:
         except (RuntimeError, ValueError):  # not a member of ``group``: torch's calls are no-ops
             backend = ""
         self.stream_ordered = is_stream_ordered(backend)
+        self.blocking = not self.stream_ordered
 
     @property
     def pg(self) -> _dist.ProcessGroup:
