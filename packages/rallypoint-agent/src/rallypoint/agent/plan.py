@@ -28,6 +28,7 @@ from pydantic import BaseModel
 from rallypoint.agent.agent import AgentSettings
 from rallypoint.agent.config import AgentSection, JobSection, NodesSection
 from rallypoint.agent.logs import parse_tee
+from rallypoint.agent.netif import interface_for_address, socket_ifname_env
 from rallypoint.agent.node import node_record
 from rallypoint.agent.records import RankStrategyRecord
 from rallypoint.core.config import ResolvedConfig, Selection
@@ -100,6 +101,8 @@ class NodeFacts:
             ``job.entrypoint`` in the job file (relative to the job file's directory).
         node_id: this node's identity from ``--node-id``, or ``None`` for ``<host>-<pid>``.
         local_addr: the address other nodes reach this node at (``--local-addr``), or ``None``.
+        local_interface: the network interface that holds ``local_addr`` (workers' Gloo and NCCL
+            bind it), or ``None``.
         run_token: random text for a generated run id (``<job>-<token>``).
         executable: the Python interpreter that runs Python workers.
     """
@@ -114,6 +117,7 @@ class NodeFacts:
     script_from_cli: bool = False
     node_id: str | None = None
     local_addr: str | None = None
+    local_interface: str | None = None
     run_token: str = "0" * 8
     executable: str = sys.executable
 
@@ -140,6 +144,7 @@ class NodeFacts:
             script_from_cli=script_from_cli,
             node_id=node_id,
             local_addr=local_addr,
+            local_interface=interface_for_address(local_addr) if local_addr else None,
             run_token=uuid.uuid4().hex[:8],
             executable=sys.executable,
         )
@@ -298,6 +303,8 @@ def _worker_env(resolved: ResolvedConfig, facts: NodeFacts, job: JobSection) -> 
         )
     if facts.job_file is not None:
         env["RALLYPOINT_CONFIG"] = str(facts.job_file)
+    # workers bind the interface of the agent's --local-addr, not whatever the host name resolves to
+    env.update(socket_ifname_env(facts.local_interface, {**facts.environ, **job.env}))
     return {**env, **job.env}
 
 
