@@ -303,6 +303,9 @@ class ElasticAgent:
         attempt_dir = self.settings.log_dir / f"attempt_{restarts}"
         attempt_dir.mkdir(parents=True, exist_ok=True)
         logs = WorkerLogs(self.settings.log_dir, restarts, host=self.host, tee=self.settings.tee)
+        # worker rank 0 serves torch's env:// store: every worker connects to the node that holds it,
+        # wherever the rank strategy put it (not necessarily group rank 0)
+        store = result.store_on(assignment.workers[0].node_id)
         specs = []
         for w in mine:
             ctx = WorkerContext(
@@ -311,8 +314,8 @@ class ElasticAgent:
                 round=result.round,
                 attempt=restarts,
                 max_restarts=self.settings.max_restarts,
-                master_addr=result.store.master_addr,
-                master_port=result.store.master_port,
+                master_addr=store.master_addr,
+                master_port=store.master_port,
                 error_file=attempt_dir / f"rank_{w.rank}.error.json",
                 host=self.host,
             )
@@ -333,7 +336,7 @@ class ElasticAgent:
         self.say(
             f"round {result.round}, attempt {restarts}: {result.num_nodes} node(s), {assignment.world_size} "
             f"worker(s); group rank {result.group_rank} runs ranks {[w.rank for w in mine]}; "
-            f"store {result.store.master_addr}:{result.store.master_port}"
+            f"store {store.master_addr}:{store.master_port}"
         )
         group = WorkerGroup(logs=logs)
         self._group = group

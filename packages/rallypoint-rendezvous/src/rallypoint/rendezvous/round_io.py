@@ -44,11 +44,15 @@ KEEP_ROUNDS = 2
 
 @dataclass(frozen=True)
 class WorkerStoreInfo:
-    """Where workers find their store (torch ``env://``): group rank 0's address and port.
+    """Where workers find their store (torch ``env://``): a node's address and the port it offers.
+
+    Worker rank 0 serves the store, so the agent uses :meth:`RendezvousResult.store_on` with the
+    node that its rank strategy gave global rank 0; :attr:`RendezvousResult.store` is group rank
+    0's, right for torch's own agent, which puts global rank 0 on group rank 0.
 
     Attributes:
         master_addr: value for ``MASTER_ADDR``.
-        master_port: value for ``MASTER_PORT``, chosen at run time by rank 0's node.
+        master_port: value for ``MASTER_PORT``, chosen at run time by that node.
     """
 
     master_addr: str
@@ -65,7 +69,7 @@ class RendezvousResult:
         group_rank: this node's rank among the nodes (0..num_nodes-1).
         num_nodes: the number of nodes in the round.
         participants: every member's record, in group-rank order.
-        store: the workers' store address (``MASTER_ADDR``/``MASTER_PORT``).
+        store: group rank 0's store address (``MASTER_ADDR``/``MASTER_PORT``); see :meth:`store_on`.
     """
 
     run_id: str
@@ -74,6 +78,17 @@ class RendezvousResult:
     num_nodes: int
     participants: tuple[NodeInfo, ...]
     store: WorkerStoreInfo
+
+    def store_on(self, node_id: str) -> WorkerStoreInfo:
+        """The store address of participant ``node_id``: its address and the port it offered.
+
+        Raises:
+            KeyError: ``node_id`` is not a participant of this round.
+        """
+        for p in self.participants:
+            if p.node_id == node_id:
+                return WorkerStoreInfo(p.addr, p.master_port if p.master_port is not None else 0)
+        raise KeyError(f"node {node_id!r} is not a participant of round {self.round}")
 
     @property
     def node(self) -> NodeInfo:
