@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING
 
 from rallypoint.core.plugins import hookspec
 from rallypoint.rendezvous.records import RendezvousBackendRecord
+
+if TYPE_CHECKING:
+    from rallypoint.rendezvous.errors import TimeoutInfo
+    from rallypoint.rendezvous.round_io import RendezvousResult
 
 
 @hookspec
@@ -30,20 +34,22 @@ def rallypoint_rendezvous_backends() -> Iterable[RendezvousBackendRecord]:
 
 
 @hookspec
-def rallypoint_rendezvous_completed(info: Any) -> None:
+def rallypoint_rendezvous_completed(info: RendezvousResult) -> None:
     """Called on each agent when a rendezvous round completes and this node is in it.
 
     Args:
-        info: the rendezvous result (run id, round, group rank, participants).
+        info: the :class:`~rallypoint.rendezvous.round_io.RendezvousResult` (run id, round,
+            this node's group rank, the participants in group-rank order, the workers' store).
     """
 
 
 @hookspec
-def rallypoint_rendezvous_timed_out(info: Any) -> None:
+def rallypoint_rendezvous_timed_out(info: TimeoutInfo) -> None:
     """Called when a rendezvous timeout expires, before the timeout error is raised.
 
     This is the place for custom timeout handling (alerting, releasing reservations).
 
     Args:
-        info: which timeout, its value, the nodes present and the nodes missing.
+        info: the :class:`~rallypoint.rendezvous.errors.TimeoutInfo`: which timeout, its value,
+            the nodes present and the nodes missing.
     """
