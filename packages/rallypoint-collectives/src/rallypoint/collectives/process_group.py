@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as _dist
+from torch.distributed import ProcessGroup
 
 from rallypoint.collectives.env import DEFAULT_BACKEND, DEFAULT_TIMEOUT, OPTIONS_ENV, WorkerEnv, parse_timeout
 from rallypoint.collectives.records import BackendContext, CollectiveBackendRecord
@@ -293,7 +294,7 @@ def is_initialized() -> bool:
     return _dist.is_initialized()
 
 
-def destroy(group: _dist.ProcessGroup | None = None) -> None:
+def destroy(group: ProcessGroup | None = None) -> None:
     """Destroy ``group`` (default: every process group) and forget the facade's caches."""
     _dist.destroy_process_group(group)
     if group is None:
