@@ -480,8 +480,8 @@ class ElasticAgent:
 
     def _fail(self, restarts: int) -> AgentResult:
         report = self._gather_report(restarts)
-        path = report.write(self.settings.log_dir / "failure.json")
-        self.say("job failed\n" + report.format() + f"\n\nfull report: {path}")
+        saved = report.save(self.settings.log_dir / "failure.json")  # never raises: the console report comes first
+        self.say("job failed\n" + report.format() + f"\n\n{saved}")
         return AgentResult(1, report, rounds=self.rounds, restarts=restarts)
 
     def _after_close(self) -> AgentResult:

@@ -7,7 +7,10 @@ the whole job, not only this host's.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
+import os
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
@@ -145,10 +148,45 @@ class FailureReport:
         }
 
     def write(self, path: Path) -> Path:
-        """Write the JSON report to ``path`` (its directory is created)."""
+        """Write the JSON report to ``path`` whole or not at all (its directory is created).
+
+        The text goes to a temporary file next to ``path``, is flushed to disk, then renamed over
+        ``path``: a full or failing disk leaves the previous file (or none), never a truncated one.
+
+        Raises:
+            OSError: the directory or the file could not be written (the temporary file is removed).
+        """
+        text = json.dumps(self.to_json(), indent=2) + "\n"
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(self.to_json(), indent=2) + "\n")
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        try:
+            with open(tmp, "w", encoding="utf-8") as f:
+                f.write(text)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
         return path
+
+    def save(self, path: Path) -> str:
+        """Write the report to ``path`` if the disk allows; return the line to print after it.
+
+        Never raises for a file-system error: the console report must not depend on the disk.
+
+        Returns:
+            ``"full report: <path>"``, or a sentence naming ``path`` and why it could not be written.
+        """
+        try:
+            return f"full report: {self.write(path)}"
+        except OSError as exc:
+            reason = f"{exc.strerror} ({errno.errorcode.get(exc.errno, '')})" if exc.errno else str(exc)
+            return (
+                f"the report above could not be written to {path} ({reason}); "
+                "free space or fix the log directory (agent.log_dir) to keep it on disk"
+            )
 
 
 def failures_from_store(entries: Sequence[Any]) -> list[WorkerFailure]:
