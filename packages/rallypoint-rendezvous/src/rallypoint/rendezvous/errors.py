@@ -6,14 +6,19 @@ the timeout, its value, and the nodes that were present and missing.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
-from rallypoint.core.errors import RallypointError
+from rallypoint.core.errors import EXIT_USAGE, RallypointError
 
 __all__ = [
     "RendezvousBackendError",
     "RendezvousClosedError",
     "RendezvousError",
+    "RendezvousFinishedError",
+    "RendezvousHeartbeatError",
+    "RendezvousJobMismatchError",
     "RendezvousStateError",
     "RendezvousTimeoutError",
     "TimeoutInfo",
@@ -33,6 +38,73 @@ class RendezvousClosedError(RendezvousError):
         if detail:
             msg += f" ({detail})"
         super().__init__(msg + ". Start a new job with a different run_id to rendezvous again")
+
+
+class RendezvousFinishedError(RendezvousClosedError):
+    """The run id belongs to a job that had already ended when this node arrived.
+
+    A finished run is never joined again (a requeued job must not silently do nothing): start
+    the new job with a new run id. Exit code 2, like other usage errors.
+    """
+
+    exit_code = EXIT_USAGE
+
+    def __init__(self, run_id: str, reason: str = "", *, failed: bool = False) -> None:
+        self.run_id = run_id
+        self.reason = reason
+        self.failed = failed
+        how = "failed" if failed else "ended"
+        detail = f" ({reason})" if reason else ""
+        RendezvousError.__init__(
+            self,
+            f"run id {run_id!r} belongs to a job that already {how}{detail}; a finished run cannot be "
+            "joined again and no worker was started. To run the job again, give it a new run id "
+            "(--run-id ID, or rendezvous.run_id in the job file)",
+        )
+
+
+class RendezvousJobMismatchError(RendezvousError):
+    """Another job runs under the same run id: its fingerprint differs from this node's.
+
+    Attributes:
+        run_id: the run id both jobs use.
+        theirs: the fingerprint published by the job's first node.
+        ours: this node's fingerprint.
+    """
+
+    exit_code = EXIT_USAGE
+
+    def __init__(self, run_id: str, theirs: Mapping[str, Any], ours: Mapping[str, Any]) -> None:
+        self.run_id = run_id
+        self.theirs = dict(theirs)
+        self.ours = dict(ours)
+        keys = sorted(set(theirs) | set(ours))
+        diff = "; ".join(
+            f"{k}: {theirs.get(k)!r} there, {ours.get(k)!r} here" for k in keys if theirs.get(k) != ours.get(k)
+        )
+        super().__init__(
+            f"run id {run_id!r} is already used by a different job ({diff}); two jobs never share a "
+            "run id. Give this job its own run id (--run-id ID, or rendezvous.run_id), or start every "
+            "node with the same command line"
+        )
+
+
+class RendezvousHeartbeatError(RendezvousError):
+    """A node could not write its heartbeat for too long: it fails, with the backend's error.
+
+    Its peers take it for dead anyway (its record stopped changing), and it can no longer check
+    theirs, so the agent stops its workers and exits instead of running on unwatched.
+    """
+
+    def __init__(self, node_id: str, run_id: str, attempts: int, seconds: float, error: BaseException) -> None:
+        self.node_id = node_id
+        self.error = error
+        super().__init__(
+            f"node {node_id!r} could not write its heartbeat to the rendezvous of run {run_id!r}: "
+            f"{attempts} attempt(s) over {seconds:.1f}s failed, the last with {type(error).__name__}: {error}. "
+            "Its peers take it for dead and it cannot watch them; check that the rendezvous backend "
+            "is reachable and writable (for 'file': the directory exists and may be written)"
+        )
 
 
 class RendezvousStateError(RendezvousError):

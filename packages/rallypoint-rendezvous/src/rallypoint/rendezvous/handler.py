@@ -5,23 +5,34 @@ blocks until this node is a member of a completed round and returns a
 :class:`RendezvousResult`. Waiting is watch-driven (the backend wakes the handler when the
 round header changes, see :class:`~rallypoint.rendezvous.state.Wait`); heartbeats run in a
 background thread.
+
+A handler's first :meth:`~RendezvousHandler.next_rendezvous` refuses a run that has already
+ended (:class:`~rallypoint.rendezvous.errors.RendezvousFinishedError`) and, when the handler was
+given the job's fingerprint, a run id that another job already uses
+(:class:`~rallypoint.rendezvous.errors.RendezvousJobMismatchError`). A heartbeat that keeps
+failing is retried for ``heartbeat_timeout``, then fails the node: every later call raises
+:class:`~rallypoint.rendezvous.errors.RendezvousHeartbeatError`.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import secrets
 import socket
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from rallypoint.rendezvous.backend import RendezvousBackend
 from rallypoint.rendezvous.errors import (
     RendezvousClosedError,
+    RendezvousFinishedError,
+    RendezvousHeartbeatError,
+    RendezvousJobMismatchError,
     RendezvousStateError,
     RendezvousTimeoutError,
     TimeoutInfo,
@@ -30,8 +41,10 @@ from rallypoint.rendezvous.factory import open_backend, select_backend
 from rallypoint.rendezvous.round_io import KEEP_ROUNDS, RendezvousResult, RoundIO, WorkerStoreInfo, free_port
 from rallypoint.rendezvous.state import (
     HEADER_KEY,
+    JOB_KEY,
     Closed,
     Finished,
+    Header,
     NodeInfo,
     RendezvousStateMachine,
     Settings,
@@ -49,9 +62,11 @@ if TYPE_CHECKING:
     from rallypoint.rendezvous.config import RendezvousSection
 
 __all__ = [
+    "HEARTBEAT_ATTEMPTS",
     "KEEP_ROUNDS",
     "RendezvousHandler",
     "RendezvousResult",
+    "RoundStatus",
     "RoundIO",
     "WorkerStoreInfo",
     "default_node",
@@ -59,6 +74,30 @@ __all__ = [
     "open_backend",
     "select_backend",
 ]
+
+log = logging.getLogger("rallypoint.rendezvous")
+
+#: A failing heartbeat is retried at least this many times (and for ``heartbeat_timeout``) before
+#: the node fails.
+HEARTBEAT_ATTEMPTS = 3
+
+
+@dataclass(frozen=True)
+class RoundStatus:
+    """What a member reads of the rendezvous while its workers run (one read of the header).
+
+    Attributes:
+        closed: the job is over.
+        failed: it was closed because it failed for good (stop the workers, report the failure).
+        reason: why it was closed, or why the current round was opened.
+        waiting: nodes waiting for a new round, or at least 1 when the running round is over
+            (see :meth:`RendezvousHandler.num_nodes_waiting`).
+    """
+
+    closed: bool
+    failed: bool
+    reason: str
+    waiting: int
 
 
 class RendezvousHandler:
@@ -80,6 +119,9 @@ class RendezvousHandler:
         pm: plugin manager whose ``rallypoint_rendezvous_completed`` / ``_timed_out`` hooks fire.
         clock: monotonic clock (tests may pass a fake one).
         incarnation: unique id of this process incarnation (random by default).
+        fingerprint: what this job runs (JSON values; e.g. entry point, arguments, node range).
+            The job's first node publishes it; a node whose fingerprint differs is refused with
+            :class:`~rallypoint.rendezvous.errors.RendezvousJobMismatchError`. ``None``: not checked.
     """
 
     def __init__(
@@ -93,6 +135,7 @@ class RendezvousHandler:
         pm: RallypointPluginManager | None = None,
         clock: Callable[[], float] = time.monotonic,
         incarnation: str | None = None,
+        fingerprint: Mapping[str, Any] | None = None,
     ) -> None:
         self.backend = backend
         self.timeouts = timeouts or RendezvousTimeouts()
@@ -107,6 +150,9 @@ class RendezvousHandler:
         self._thread: threading.Thread | None = None
         self._last: RendezvousResult | None = None
         self._shut = False
+        self._fingerprint = dict(fingerprint) if fingerprint is not None else None
+        self._checked_in = False
+        self._failure: RendezvousHeartbeatError | None = None
 
     @classmethod
     def from_selection(
@@ -119,6 +165,7 @@ class RendezvousHandler:
         max_nodes: int,
         timeouts: RendezvousTimeouts,
         pm: RallypointPluginManager | None = None,
+        fingerprint: Mapping[str, Any] | None = None,
     ) -> RendezvousHandler:
         """Build a handler from a job's resolved rendezvous selection and its typed timeouts.
 
@@ -133,9 +180,12 @@ class RendezvousHandler:
             max_nodes: ``nodes.max``.
             timeouts: ``RendezvousTimeouts.from_section(<the [rendezvous] section>)``.
             pm: the plugin manager whose rendezvous hooks fire.
+            fingerprint: what the job runs (see the class); ``None``: not checked.
         """
         backend = open_backend(selection, run_id)
-        return cls(backend, node, min_nodes=min_nodes, max_nodes=max_nodes, timeouts=timeouts, pm=pm)
+        return cls(
+            backend, node, min_nodes=min_nodes, max_nodes=max_nodes, timeouts=timeouts, pm=pm, fingerprint=fingerprint
+        )
 
     @classmethod
     def from_config(
@@ -202,20 +252,27 @@ class RendezvousHandler:
         Called again after a round completed, it asks for a new round (membership change).
 
         Raises:
+            RendezvousFinishedError: on the first call: the run had already ended.
+            RendezvousJobMismatchError: on the first call: a different job uses this run id.
             RendezvousClosedError: the rendezvous is closed.
             RendezvousTimeoutError: the join timeout expired (the ``rallypoint_rendezvous_timed_out``
                 hook has fired).
+            RendezvousHeartbeatError: this node's heartbeat kept failing.
             RendezvousStateError: the shared state is corrupt or foreign.
         """
         if self._shut:
             raise RendezvousStateError(f"rendezvous handler of node {self.node_id!r} was shut down")
+        self._raise_failure()
         with self._lock:
+            if not self._checked_in:
+                self._check_in()
             if self._fixed_port is None:
                 self.machine.node = replace(self.machine.node, master_port=free_port())
             self.io.ensure_ticket()
             self.machine.begin(self.clock())
         self._start_heartbeats()
         while True:
+            self._raise_failure()
             with self._lock:
                 action, view = self.io.decide(self.clock())
                 if isinstance(action, Finished):
@@ -245,8 +302,25 @@ class RendezvousHandler:
         with self._lock:
             return self.io.read().header.closed
 
-    def set_closed(self) -> None:
+    def round_status(self) -> RoundStatus:
+        """Closed (and why), or how many nodes wait: what a member checks while its workers run.
+
+        Raises:
+            RendezvousHeartbeatError: this node's heartbeat kept failing; it must stop.
+        """
+        self._raise_failure()
+        with self._lock:
+            h = self.io.read().header
+            waiting = self._waiting(h)
+        return RoundStatus(closed=h.closed, failed=h.failed, reason=h.reason, waiting=waiting)
+
+    def set_closed(self, reason: str = "", *, failed: bool = False) -> None:
         """Close the rendezvous for every node: the job is over; later rounds fail.
+
+        Args:
+            reason: why the job ends, e.g. ``"job succeeded (closed by node 'n0')"``; kept in
+                the header, where every node and ``rallypoint status`` read it.
+            failed: the job failed for good: members stop their workers and report the failure.
 
         Raises:
             RendezvousTimeoutError: the close did not succeed within the close timeout.
@@ -255,7 +329,7 @@ class RendezvousHandler:
         while True:
             with self._lock:
                 view = self.io.read()
-                action = self.machine.close_header(view)
+                action = self.machine.close_header(view, reason, failed=failed)
                 if action is None or self.io.apply(action):
                     return
             if self.clock() >= deadline:
@@ -277,20 +351,24 @@ class RendezvousHandler:
         Non-zero also when the running round is over (a member left, restarted or stopped
         heart-beating): the agent should stop its workers and call :meth:`next_rendezvous`.
         """
+        self._raise_failure()
         with self._lock:
-            last = self.machine.last_round
-            view = self.io.read()
-            h = view.header
-            if last is None:
-                return 0
-            if h.round > last:
-                entry = self.backend.get(count_key(h.round))
-                return nodes_waiting(last, h, 0 if entry is None else int(entry.value), self.settings.max_nodes)
-            entry = self.backend.get(count_key(h.round + 1))
-            return nodes_waiting(last, h, 0 if entry is None else int(entry.value), self.settings.max_nodes)
+            return self._waiting(self.io.read().header)
+
+    def _waiting(self, h: Header) -> int:
+        last = self.machine.last_round
+        if last is None or h.closed:
+            return 0
+        entry = self.backend.get(count_key(h.round if h.round > last else h.round + 1))
+        return nodes_waiting(last, h, 0 if entry is None else int(entry.value), self.settings.max_nodes)
 
     def round_is_over(self) -> bool:
-        """Whether the round this node last completed has been superseded or closed."""
+        """Whether the round this node last completed has been superseded or closed.
+
+        Raises:
+            RendezvousHeartbeatError: this node's heartbeat kept failing; it must stop.
+        """
+        self._raise_failure()
         with self._lock:
             last = self.machine.last_round
             h = self.io.read().header
@@ -323,7 +401,28 @@ class RendezvousHandler:
             self.backend.delete(heartbeat_key(self.node_id))
         return True
 
+    @property
+    def failure(self) -> RendezvousHeartbeatError | None:
+        """Why this node failed (its heartbeat kept failing), or ``None``."""
+        return self._failure
+
     # -- internals -----------------------------------------------------------------------
+    def _raise_failure(self) -> None:
+        if self._failure is not None:
+            raise self._failure
+
+    def _check_in(self) -> None:
+        """First contact: refuse a finished run, and a different job under the same run id."""
+        header = self.io.read().header
+        if header.closed:
+            raise RendezvousFinishedError(self.run_id, header.reason, failed=header.failed)
+        if self._fingerprint is not None:
+            written, entry = self.backend.compare_and_set(JOB_KEY, self._fingerprint, version=None)
+            if not written and entry is not None and entry.value != self._fingerprint:
+                theirs = entry.value if isinstance(entry.value, dict) else {"job": entry.value}
+                raise RendezvousJobMismatchError(self.run_id, theirs, self._fingerprint)
+        self._checked_in = True
+
     def _fire_timeout(self, info: TimeoutInfo) -> None:
         if self.pm is not None:
             self.pm.hook.rallypoint_rendezvous_timed_out(info=info)
@@ -341,21 +440,44 @@ class RendezvousHandler:
         self._thread.start()
 
     def _heartbeat_loop(self) -> None:
+        """Beat every interval; a beat that keeps failing fails the node.
+
+        A failing beat is retried, at least :data:`HEARTBEAT_ATTEMPTS` times and for
+        ``heartbeat_timeout`` (by then the peers take this node for dead); then :attr:`failure` is
+        set and every later call of the handler raises it.
+        """
         interval = self.timeouts.heartbeat_interval
+        failing_since: float | None = None
+        attempts = 0
         while not self._stop.wait(interval):
             try:
-                with self._lock:
-                    self.io.heartbeat()
-                    if self.machine.last_round is None or self.machine.join_deadline != float("inf"):
-                        continue  # next_rendezvous checks liveness while joining
-                    view = self.io.read()
-                    peers = self.machine.watched_peers(view.header)
-                    view = replace(view, heartbeats=self.io.read_heartbeats(peers))
-                    action = self.machine.check_peers(view, self.clock())
-                    if action is not None:
-                        self.io.apply(action)
-            except Exception:  # noqa: BLE001 - a transient backend error must not kill heartbeats
+                self._beat()
+            except Exception as exc:  # noqa: BLE001 - retried, then reported as the node's failure
+                now = self.clock()
+                attempts += 1
+                if failing_since is None:
+                    failing_since = now
+                    log.warning("node %r: heartbeat failed (%s: %s); retrying", self.node_id, type(exc).__name__, exc)
+                elapsed = now - failing_since
+                if attempts >= HEARTBEAT_ATTEMPTS and elapsed >= self.timeouts.heartbeat_timeout:
+                    self._failure = RendezvousHeartbeatError(self.node_id, self.run_id, attempts, elapsed, exc)
+                    log.error("%s", self._failure)
+                    return
                 continue
+            failing_since, attempts = None, 0
+
+    def _beat(self) -> None:
+        """One heartbeat, and the liveness check of the watched peers while a round runs."""
+        with self._lock:
+            self.io.heartbeat()
+            if self.machine.last_round is None or self.machine.join_deadline != float("inf"):
+                return  # next_rendezvous checks liveness while joining
+            view = self.io.read()
+            peers = self.machine.watched_peers(view.header)
+            view = replace(view, heartbeats=self.io.read_heartbeats(peers))
+            action = self.machine.check_peers(view, self.clock())
+            if action is not None:
+                self.io.apply(action)
 
 
 def default_node(

@@ -7,7 +7,9 @@ Every value is JSON (never pickled) and carries only what the protocol in
 * ``round/count/<r>``: the join counter of round ``r`` (a hint; the records are authoritative);
 * ``join/<r>/<node>``: a node's :class:`JoinRecord` for round ``r`` (its :class:`NodeInfo`);
 * ``hb/<node>``: a node's heartbeat record, rewritten every ``heartbeat_interval``;
-* ``ticket``: the job-wide arrival counter.
+* ``ticket``: the job-wide arrival counter;
+* ``job``: the job's fingerprint (what it runs), written by its first node and compared by
+  every node that joins, so that two different jobs given the same run id never merge.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from rallypoint.rendezvous.errors import RendezvousStateError
 __all__ = [
     "FORMAT",
     "HEADER_KEY",
+    "JOB_KEY",
     "ROUND_PREFIX",
     "TICKET_KEY",
     "Header",
@@ -37,6 +40,7 @@ FORMAT = 1
 HEADER_KEY = "round/header"
 ROUND_PREFIX = "round/"
 TICKET_KEY = "ticket"
+JOB_KEY = "job"
 
 
 def count_key(round_: int) -> str:
@@ -182,7 +186,9 @@ class Header:
         complete: whether the round's membership is fixed.
         participants: the members in group-rank order (only when complete).
         closed: the job is over.
-        reason: why this round was opened (for logs and ``rallypoint status``).
+        reason: why this round was opened, or why the job was closed (for logs and
+            ``rallypoint status``).
+        failed: the job was closed because it failed for good (only with ``closed``).
     """
 
     round: int = 0
@@ -190,6 +196,7 @@ class Header:
     participants: tuple[Member, ...] = ()
     closed: bool = False
     reason: str = ""
+    failed: bool = False
 
     def to_json(self) -> dict[str, Any]:
         """JSON form."""
@@ -200,6 +207,7 @@ class Header:
             "participants": [[m.node_id, m.incarnation] for m in self.participants],
             "closed": self.closed,
             "reason": self.reason,
+            "failed": self.failed,
         }
 
     @classmethod
@@ -213,6 +221,7 @@ class Header:
                 participants=tuple(Member(str(a), str(b)) for a, b in data["participants"]),
                 closed=bool(data["closed"]),
                 reason=str(data.get("reason", "")),
+                failed=bool(data.get("failed", False)),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise RendezvousStateError(f"malformed rendezvous round header: {data!r} ({exc})") from exc

@@ -59,6 +59,7 @@ from rallypoint.rendezvous.errors import TimeoutInfo
 from rallypoint.rendezvous.keyspace import (
     FORMAT,
     HEADER_KEY,
+    JOB_KEY,
     ROUND_PREFIX,
     TICKET_KEY,
     Header,
@@ -75,6 +76,7 @@ from rallypoint.rendezvous.membership import LivenessTracker, nodes_waiting, rin
 __all__ = [
     "FORMAT",
     "HEADER_KEY",
+    "JOB_KEY",
     "ROUND_PREFIX",
     "TICKET_KEY",
     "Action",
@@ -320,8 +322,15 @@ class RendezvousStateMachine:
             return None
         return CasHeader(view.header_version, Header(round=h.round + 1, reason=f"node {self.node_id!r} left"))
 
-    def close_header(self, view: View) -> CasHeader | None:
-        """The header write that closes the rendezvous (``None`` when already closed)."""
+    def close_header(self, view: View, reason: str = "", *, failed: bool = False) -> CasHeader | None:
+        """The header write that closes the rendezvous (``None`` when already closed).
+
+        Args:
+            view: what the node read.
+            reason: why the job ends (kept in the header for every node and for ``rallypoint status``).
+            failed: the job failed for good; members stop their workers and report the failure.
+        """
         if view.header.closed:
             return None
-        return CasHeader(view.header_version, replace(view.header, closed=True))
+        header = replace(view.header, closed=True, failed=failed, reason=reason or view.header.reason)
+        return CasHeader(view.header_version, header)

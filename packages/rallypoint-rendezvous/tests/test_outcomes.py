@@ -1,0 +1,175 @@
+"""Truthful outcomes at the rendezvous: finished runs, foreign jobs, failed closes, dead heartbeats."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from rallypoint.rendezvous.backend import JSONValue, Version
+from rallypoint.rendezvous.errors import (
+    RendezvousClosedError,
+    RendezvousFinishedError,
+    RendezvousHeartbeatError,
+    RendezvousJobMismatchError,
+)
+from rallypoint.rendezvous.handler import HEARTBEAT_ATTEMPTS, RendezvousHandler
+from rallypoint.rendezvous.memory import MemoryBackend
+from rallypoint.rendezvous.state import JOB_KEY, TICKET_KEY
+from rallypoint.rendezvous.testing import make_node
+from rallypoint.rendezvous.timeouts import RendezvousTimeouts
+
+FAST = RendezvousTimeouts(join=20, last_call=0.1, close=5, heartbeat_interval=0.05, heartbeat_timeout=0.4)
+
+
+def _until(cond: Any, what: str, seconds: float = 15.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not cond():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.01)
+
+
+@pytest.fixture
+def run_id() -> str:
+    return f"outcomes-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture
+def handlers() -> Iterator[list[RendezvousHandler]]:
+    made: list[RendezvousHandler] = []
+    yield made
+    for h in made:
+        h.shutdown()
+
+
+def _handler(
+    made: list[RendezvousHandler], run_id: str, i: int, nodes: int, *, backend: Any = None, **kw: Any
+) -> RendezvousHandler:
+    h = RendezvousHandler(
+        backend or MemoryBackend(run_id), make_node(i), min_nodes=nodes, max_nodes=nodes, timeouts=FAST, **kw
+    )
+    made.append(h)
+    return h
+
+
+def test_a_finished_run_is_refused_before_joining(run_id: str, handlers: list[RendezvousHandler]) -> None:
+    first = _handler(handlers, run_id, 0, 1)
+    first.next_rendezvous()
+    first.set_closed("job succeeded (closed by node 'node0')")
+    tickets = MemoryBackend(run_id).get(TICKET_KEY)
+    again = _handler(handlers, run_id, 1, 1)
+    with pytest.raises(RendezvousFinishedError) as caught:
+        again.next_rendezvous()
+    message = str(caught.value)
+    assert f"run id {run_id!r} belongs to a job that already ended" in message
+    assert "job succeeded (closed by node 'node0')" in message
+    assert "new run id" in message
+    assert caught.value.exit_code == 2
+    assert isinstance(caught.value, RendezvousClosedError)  # torch's agent still sees a closed rendezvous
+    assert MemoryBackend(run_id).get(TICKET_KEY) == tickets  # it took nothing in the finished run
+
+
+def test_a_run_closed_as_failed_says_so(run_id: str, handlers: list[RendezvousHandler]) -> None:
+    first = _handler(handlers, run_id, 0, 1)
+    first.next_rendezvous()
+    first.set_closed("job failed (closed by node 'node0')", failed=True)
+    with pytest.raises(RendezvousFinishedError, match="already failed") as caught:
+        _handler(handlers, run_id, 1, 1).next_rendezvous()
+    assert caught.value.failed
+
+
+def test_a_member_sees_why_the_job_was_closed_in_one_status_read(
+    run_id: str, handlers: list[RendezvousHandler]
+) -> None:
+    a, b = _handler(handlers, run_id, 0, 2), _handler(handlers, run_id, 1, 2)
+    results: list[Any] = []
+    thread = threading.Thread(target=lambda: results.append(b.next_rendezvous()))
+    thread.start()
+    a.next_rendezvous()
+    thread.join(timeout=30)
+    assert len(results) == 1
+    status = b.round_status()
+    assert (status.closed, status.failed, status.waiting) == (False, False, 0)
+    a.set_closed("job failed (closed by node 'node0')", failed=True)
+    status = b.round_status()
+    assert (status.closed, status.failed) == (True, True)
+    assert status.reason == "job failed (closed by node 'node0')"
+    assert b.num_nodes_waiting() == 0
+
+
+def test_two_jobs_under_one_run_id_do_not_merge(run_id: str, handlers: list[RendezvousHandler]) -> None:
+    job = {"entrypoint": "train.py", "args": ["--lr", "0.1"], "nodes": [2, 2]}
+    other = {"entrypoint": "eval.py", "args": [], "nodes": [2, 2]}
+    first = _handler(handlers, run_id, 0, 2, fingerprint=job)
+    results: list[Any] = []
+    thread = threading.Thread(target=lambda: results.append(first.next_rendezvous()))
+    thread.start()
+    _until(lambda: MemoryBackend(run_id).get(JOB_KEY) is not None, "the first node did not publish its job")
+    with pytest.raises(RendezvousJobMismatchError) as caught:
+        _handler(handlers, run_id, 1, 2, fingerprint=other).next_rendezvous()
+    message = str(caught.value)
+    assert f"run id {run_id!r} is already used by a different job" in message
+    assert "entrypoint: 'train.py' there, 'eval.py' here" in message
+    assert "args: ['--lr', '0.1'] there, [] here" in message
+    assert caught.value.exit_code == 2
+    # a node of the same job still joins, and the round completes with it, not with the intruder
+    same = _handler(handlers, run_id, 2, 2, fingerprint=dict(job))
+    mine = same.next_rendezvous()
+    thread.join(timeout=30)
+    assert [p.node_id for p in mine.participants] == [p.node_id for p in results[0].participants]
+    assert {p.node_id for p in mine.participants} == {"node0", "node2"}
+
+
+class FlakyHeartbeats(MemoryBackend):
+    """A memory backend whose heartbeat writes fail while ``failures_left`` is positive (or forever)."""
+
+    def __init__(self, run_id: str) -> None:
+        super().__init__(run_id, shared=False)
+        self.failures_left = 0
+        self.forever = False
+        self.failed = 0
+
+    def set(self, key: str, value: JSONValue, *, ttl: float | None = None) -> Version:
+        if key.startswith("hb/") and (self.forever or self.failures_left > 0):
+            self.failures_left -= 1
+            self.failed += 1
+            raise OSError(30, "Read-only file system", "/shared/rdzv/kv/hb")
+        return super().set(key, value, ttl=ttl)
+
+
+def test_a_heartbeat_that_keeps_failing_fails_the_node(run_id: str, handlers: list[RendezvousHandler]) -> None:
+    backend = FlakyHeartbeats(run_id)
+    h = _handler(handlers, run_id, 0, 1, backend=backend)
+    h.next_rendezvous()
+    assert h.num_nodes_waiting() == 0
+    backend.forever = True
+    with pytest.raises(RendezvousHeartbeatError) as caught:  # noqa: PT012 - polls until the node fails
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            h.num_nodes_waiting()
+            time.sleep(0.02)
+    message = str(caught.value)
+    assert "node 'node0' could not write its heartbeat" in message
+    assert "OSError: [Errno 30] Read-only file system" in message
+    assert backend.failed >= HEARTBEAT_ATTEMPTS
+    assert h.failure is caught.value
+    with pytest.raises(RendezvousHeartbeatError):
+        h.round_status()
+    with pytest.raises(RendezvousHeartbeatError):
+        h.next_rendezvous()
+
+
+def test_a_transient_heartbeat_error_is_retried(run_id: str, handlers: list[RendezvousHandler]) -> None:
+    backend = FlakyHeartbeats(run_id)
+    h = _handler(handlers, run_id, 0, 1, backend=backend)
+    h.next_rendezvous()
+    backend.failures_left = HEARTBEAT_ATTEMPTS - 1
+    _until(lambda: backend.failures_left <= 0, "the heartbeat was not retried")
+    before = backend.get("hb/node0")
+    _until(lambda: backend.get("hb/node0") != before, "heartbeats did not resume after the errors")
+    assert h.failure is None
+    assert h.num_nodes_waiting() == 0
