@@ -5,6 +5,7 @@ from __future__ import annotations
 import fcntl
 import io
 import os
+import re
 import sys
 import termios
 import textwrap
@@ -64,6 +65,7 @@ def run(specs, logs: WorkerLogs, timeout: float = 60.0):
     assert exits is not None
     assert logs.wait_drained(timeout=30)
     group.stop(grace=1)
+    assert logs.close(timeout=30)  # also writes out the queued console lines
     return exits
 
 
@@ -219,3 +221,107 @@ def test_parse_tee_and_tee_selects():
     assert not tee_selects("rank0", 1)
     assert tee_selects((1, 3), 3)
     assert not tee_selects((1, 3), 2)
+
+
+# -- a console that is not read (issue #11, item 6) ---------------------------------------------
+
+#: What the chatty workers below write: 200,000 numbered lines, 100 bytes each (20 MB).
+CHATTY_LINES = 200_000
+
+
+def chatty_output() -> bytes:
+    return b"".join(b"line %08d " % i + b"x" * 82 + b"\n" for i in range(CHATTY_LINES))
+
+
+def chatty_worker(done: Path, then: str = "") -> list[str]:
+    """A worker writing :func:`chatty_output` to stdout in 1 MB blocks, then creating ``done``."""
+    return py(f"""
+        import sys, time
+        lines = [b"line %08d " % i + b"x" * 82 + b"\\n" for i in range({CHATTY_LINES})]
+        for start in range(0, len(lines), 10_000):
+            sys.stdout.buffer.write(b"".join(lines[start:start + 10_000]))
+        sys.stdout.flush()
+        open({str(done)!r}, "w").close()
+        {then}
+    """)
+
+
+class StuckConsole:
+    """A console on a pipe that nobody reads until :meth:`read_all` (a stalled ssh session, Ctrl-S)."""
+
+    def __init__(self) -> None:
+        self.read_fd, write_fd = os.pipe()
+        self.stream = os.fdopen(write_fd, "w")
+        self.data = bytearray()
+        self.reader: threading.Thread | None = None
+
+    def start_reading(self) -> None:
+        def drain() -> None:
+            while chunk := os.read(self.read_fd, 1 << 20):
+                self.data += chunk
+
+        self.reader = threading.Thread(target=drain, daemon=True)
+        self.reader.start()
+
+    def read_all(self) -> str:
+        """Close the write end (after the logs wrote all they will) and return what was written."""
+        if self.reader is None:
+            self.start_reading()
+        assert self.reader is not None
+        self.stream.close()
+        self.reader.join(30)
+        os.close(self.read_fd)
+        return self.data.decode()
+
+
+def assert_console_accounts_for_every_line(text: str, path: Path) -> None:
+    shown = sum(1 for line in text.splitlines() if line.startswith("[h:0] line "))
+    notices = re.findall(
+        r"\[rallypoint\] console fell behind: (\d+) lines from rank 0 not shown \(complete in (.+)\)", text
+    )
+    assert notices, "no drop notice on the console"
+    assert {where for _, where in notices} == {str(path)}
+    assert shown + sum(int(n) for n, _ in notices) == CHATTY_LINES
+    assert shown < CHATTY_LINES
+
+
+def test_a_console_nobody_reads_never_blocks_the_worker_and_the_file_is_complete(tmp_path):
+    console = StuckConsole()
+    logs = WorkerLogs(tmp_path, host="h", tee="all", console_out=console.stream)
+    group = WorkerGroup(logs=logs)
+    group.start([WorkerSpec(0, chatty_worker(tmp_path / "done"))])
+    try:
+        # the console pipe holds 64 KiB: the worker gets through 20 MB only if nothing waits for it
+        exits = group.wait(timeout=60)
+        assert exits is not None, "the worker was blocked by a console that nobody reads"
+        assert exits[0].ok
+        assert logs.wait_drained(timeout=30)
+        path = logs.log_path(0)
+        assert path is not None
+        assert path.read_bytes() == chatty_output()
+    finally:
+        console.start_reading()  # unblock whatever waits on the console
+        group.stop(grace=0)
+        logs.close(timeout=60)
+    assert_console_accounts_for_every_line(console.read_all(), path)
+
+
+def test_a_worker_killed_while_the_console_is_stuck_leaves_a_complete_log(tmp_path):
+    console = StuckConsole()
+    logs = WorkerLogs(tmp_path, host="h", tee="all", console_out=console.stream)
+    group = WorkerGroup(logs=logs)
+    done = tmp_path / "done"
+    group.start([WorkerSpec(0, chatty_worker(done, then="time.sleep(60)"))])
+    try:
+        wait_until(done.exists, "the worker wrote all its output", timeout=60)
+        group.stop(grace=0)  # the crash: SIGKILL
+        assert group.exits[0].signal_name == "SIGKILL"
+        assert logs.wait_drained(timeout=30)
+        path = logs.log_path(0)
+        assert path is not None
+        assert path.read_bytes() == chatty_output()
+    finally:
+        console.start_reading()
+        group.stop(grace=0)
+        logs.close(timeout=60)
+    assert_console_accounts_for_every_line(console.read_all(), path)

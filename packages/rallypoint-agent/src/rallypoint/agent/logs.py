@@ -7,12 +7,14 @@ for every complete line, at once:
   in arrival order, whole lines only so the two streams never mix inside a line: a partial line
   left by one stream gets a newline before the other stream's next line; the file is unbuffered,
   so a line is on disk as soon as it is read);
-* when ``tee`` selects the rank, writes ``[<host>:<rank>] <line>`` to the console (worker stdout
-  to the agent's stdout, worker stderr to the agent's stderr);
+* when ``tee`` selects the rank, queues ``[<host>:<rank>] <line>`` for the console (worker stdout
+  to the agent's stdout, worker stderr to the agent's stderr) without waiting for it: a console
+  that is not read never blocks a reader, hence never a worker (:mod:`rallypoint.agent.console`
+  writes it, and drops lines it cannot keep up with, saying how many and where they are kept);
 * for stderr, keeps the line in a bounded tail for the failure report.
 
-There is no polling: a line written by a worker reaches the file and the console as soon as the
-kernel hands it over. A worker killed by a signal loses nothing it already wrote to the pipe:
+There is no polling: a line written by a worker reaches the file and the console queue as soon as
+the kernel hands it over. A worker killed by a signal loses nothing it already wrote to the pipe:
 the readers drain the pipe to end-of-file. (What the worker still held in its *own* buffers is
 lost with it; run Python workers with ``-u`` or ``PYTHONUNBUFFERED=1``, as torchrun does.)
 
@@ -25,12 +27,13 @@ import collections
 import contextlib
 import os
 import socket
-import sys
 import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Literal, TextIO, TypeAlias
 
+from rallypoint.agent import console
 from rallypoint.core.errors import RallypointError
 
 __all__ = [
@@ -133,7 +136,6 @@ class WorkerLogs:
         self.attempt_dir: Path | None = Path(log_dir) / f"attempt_{attempt}" if log_dir is not None else None
         self._console_out = console_out
         self._console_err = console_err
-        self._console_lock = threading.Lock()
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
         self._ranks: dict[int, _RankState] = {}
@@ -244,8 +246,9 @@ class WorkerLogs:
                     state.file.write(data)
                     state.mid_line = None if data.endswith(b"\n") else is_err
                 except (OSError, ValueError) as err:  # disk full, or closed: keep the console going
-                    self._console_write(
-                        f"[rallypoint] cannot write worker log {self.log_path(state.rank)}: {err}\n", True
+                    console.lane(True).notice(
+                        f"[rallypoint] cannot write worker log {self.log_path(state.rank)}: {err}\n",
+                        self._console_err,
                     )
                     state.file = None
         if not (is_err or show):
@@ -257,16 +260,14 @@ class WorkerLogs:
                 state.tail.extend(lines)
         if show:
             prefix = f"[{self.host}:{state.rank}] "
-            self._console_write("".join(f"{prefix}{line}\n" for line in lines), is_err)
-
-    def _console_write(self, text: str, is_err: bool) -> None:
-        stream = (self._console_err or sys.stderr) if is_err else (self._console_out or sys.stdout)
-        with self._console_lock:
-            try:
-                stream.write(text)
-                stream.flush()
-            except (OSError, ValueError):  # console gone (closed pipe): the log file still has it
-                pass
+            path = self.log_path(state.rank)
+            console.lane(is_err).put(
+                "".join(f"{prefix}{line}\n" for line in lines),
+                lines=len(lines),
+                rank=state.rank,
+                where=str(path) if path is not None else "no log file: set agent.log_dir to keep every line",
+                target=self._console_err if is_err else self._console_out,
+            )
 
     # -- results ---------------------------------------------------------------------------------
 
@@ -303,6 +304,11 @@ class WorkerLogs:
         """Wait up to ``timeout`` for every reader to finish; returns whether all did.
 
         Readers still blocked (a pipe held open by a stray process) are left running as daemon
-        threads; their log files are closed when they finish.
+        threads; their log files are closed when they finish. The console text queued so far is
+        then written out, within what is left of ``timeout`` (a console that is not read keeps
+        the rest queued; lines that do not fit are dropped, never the log files' lines).
         """
-        return self.wait_drained(None, timeout)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        drained = self.wait_drained(None, timeout)
+        console.flush(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        return drained
