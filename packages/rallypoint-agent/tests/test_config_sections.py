@@ -162,10 +162,10 @@ def test_env_values_are_read_as_toml_values() -> None:
         ("nodes = 3\n", "job.toml: nodes: expected a table, got 3"),
         ("[agent]\nmax_restarts = -1\n", "job.toml: agent.max_restarts: must be at least 0, got -1"),
         ("[nodes]\nmin = 0\n", "job.toml: nodes.min: must be at least 1, got 0"),
-        ("[nodes]\nmin = 3\nmax = 2\n", "job.toml: nodes: max (2) is smaller than min (3)"),
+        ("[nodes]\nmin = 3\nmax = 2\n", "job.toml: nodes.max: max (2) is smaller than min (3)"),
         (
             '[job]\nentrypoint = "a.py"\nmodule = "a"\n',
-            "job.toml: job: set either entrypoint or module, not both (module runs as python -m)",
+            "job.toml: job.module: set either entrypoint or module, not both (module runs as python -m)",
         ),
         (
             "[nodes]\nnproc_per_node = 0\n",
@@ -173,7 +173,8 @@ def test_env_values_are_read_as_toml_values() -> None:
         ),
         (
             '[agent]\ntee = "rank1"\n',
-            'job.toml: agent.tee: expected "all", "rank0", "none" or a list of ranks such as [0, 3], got \'rank1\'',
+            'job.toml: agent.tee: expected "all", "rank0", "none" or a list of ranks such as [0, 3] ("0,3" or "3," '
+            "on the command line), got 'rank1'",
         ),
     ],
 )

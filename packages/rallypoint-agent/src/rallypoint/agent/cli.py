@@ -12,7 +12,9 @@ are applied over the file (and over ``RALLYPOINT_*`` variables), like ``--set KE
 
 from __future__ import annotations
 
+import os
 import re
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -30,9 +32,10 @@ _FLAG = "(command line)"
 
 
 def _nnodes(value: str) -> tuple[int, int]:
-    m = re.fullmatch(r"\s*(\d+)\s*(?::\s*(\d+)\s*)?", value)
+    m = re.fullmatch(r"\s*([0-9]{1,9})\s*(?::\s*([0-9]{1,9})\s*)?", value)
     if not m:
-        raise ConfigError([ConfigIssue(f"--nnodes {_FLAG}", "nodes", f"expected N or MIN:MAX, got {value!r}")])
+        shown = repr(value) if len(value) <= 40 else repr(value[:37]) + "..."
+        raise ConfigError([ConfigIssue(f"--nnodes {_FLAG}", "nodes", f"expected N or MIN:MAX, got {shown}")])
     low = int(m.group(1))
     high = int(m.group(2)) if m.group(2) else low
     return low, high
@@ -49,8 +52,7 @@ def _overrides(**flags: Any) -> list[tuple[str, Any, str]]:
         add("nodes.min", 1, "--standalone")
         add("nodes.max", 1, "--standalone")
     if flags["nproc_per_node"] is not None:
-        value: Any = flags["nproc_per_node"]
-        add("nodes.nproc_per_node", int(value) if value.isdigit() else value, "--nproc-per-node")
+        add("nodes.nproc_per_node", flags["nproc_per_node"], "--nproc-per-node")  # [nodes] reads the text
     if flags["nnodes"] is not None:
         low, high = _nnodes(flags["nnodes"])
         add("nodes.min", low, "--nnodes")
@@ -66,8 +68,7 @@ def _overrides(**flags: Any) -> list[tuple[str, Any, str]]:
     if flags["log_dir"] is not None:
         add("agent.log_dir", flags["log_dir"], "--log-dir")
     if flags["tee"] is not None:
-        tee = flags["tee"]
-        add("agent.tee", [int(x) for x in tee.split(",")] if re.fullmatch(r"[\d,]+", tee) else tee, "--tee")
+        add("agent.tee", flags["tee"], "--tee")  # [agent] reads the text, torchrun's 0-3 included
     return out
 
 
@@ -108,6 +109,20 @@ def _endpoint_override(backend: str, endpoint: str, pm: RallypointPluginManager)
     return (f"rendezvous.options.{option}", endpoint, f"--rdzv-endpoint {_FLAG}")
 
 
+def _check_log_dir(path: Path, source: str) -> None:
+    """Create the log directory now, so that one that cannot be written fails before any worker starts."""
+    problem = None
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        if not os.access(path, os.W_OK | os.X_OK):
+            problem = "is not writable by this user"
+    except OSError as exc:
+        problem = f"cannot be created ({exc.strerror or exc}{f': {exc.filename}' if exc.filename else ''})"
+    if problem:
+        message = f"the log directory {str(path)!r} {problem}; give one you can write (--log-dir DIR or agent.log_dir)"
+        raise ConfigError([ConfigIssue(source, "agent.log_dir", message)])
+
+
 def _resolve(
     job_file: str | None,
     overrides: list[tuple[str, Any, str]],
@@ -117,11 +132,13 @@ def _resolve(
     """Load the job (file, ``RALLYPOINT_*``, flags) and resolve its plugins, once."""
     from rallypoint.core.config import load_job_config, resolve_config
     from rallypoint.rendezvous.config import RendezvousSection
+    from rallypoint.rendezvous.records import RENDEZVOUS_BACKENDS
 
     overrides = [o for o in overrides if o[1] is not None]
     loaded = load_job_config(job_file, pm, overrides=overrides)
-    if rdzv_endpoint is not None:  # which option the endpoint sets depends on the backend
-        backend = loaded.section(RendezvousSection).backend
+    backend = loaded.section(RendezvousSection).backend
+    # which option the endpoint sets depends on the backend; resolution names an unknown one, and where it was set
+    if rdzv_endpoint is not None and backend in pm.registry(RENDEZVOUS_BACKENDS).names():
         overrides.append(_endpoint_override(backend, rdzv_endpoint, pm))
         loaded = load_job_config(job_file, pm, overrides=overrides)
     return resolve_config(loaded, pm)
@@ -175,7 +192,9 @@ def run(
     environment (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, ...), restart them on failure within
     the job-wide budget, and print one root-cause report if the job fails. With no job file,
     SCRIPT is required; a torchrun command line works with `rallypoint run` in place of
-    `torchrun`. Exit code: 0 on success, 1 when the job failed, 2 for usage and config errors.
+    `torchrun`. A run id is used once: a run that has ended, or that another job uses, is
+    refused. Exit code: 0 on success, 1 when the job failed, 2 for usage and config errors
+    (a finished or foreign run id included), 128+N after signal N.
     """
     from rallypoint.agent.agent import ElasticAgent
     from rallypoint.agent.plan import NodeFacts, plan_job
@@ -192,6 +211,7 @@ def run(
         job_file=job_file, script_from_cli=bool(script), host_name=host_name, node_id=node_id, local_addr=local_addr
     )
     plan = plan_job(resolved, facts)
+    _check_log_dir(plan.settings.log_dir, resolved.loaded.source_of("agent.log_dir"))
     rdzv = plan.rendezvous
     handler = RendezvousHandler.from_selection(
         rdzv.backend,
@@ -201,6 +221,7 @@ def run(
         max_nodes=rdzv.max_nodes,
         timeouts=rdzv.timeouts,
         pm=pm,
+        fingerprint=rdzv.fingerprint,
     )
     return ElasticAgent(handler, plan.settings, pm=pm).run().exit_code
 
@@ -219,6 +240,8 @@ def status(
     set_values: tuple[str, ...],
 ) -> int:
     """Show a running job's rendezvous: round, members, nodes waiting, restarts, failures."""
+    from dataclasses import replace
+
     from rallypoint.agent.config import NodesSection
     from rallypoint.core.cli import plugin_manager
     from rallypoint.core.commands import _parse_set
@@ -242,6 +265,8 @@ def status(
         )
     if not section.run_id:
         raise click.UsageError("give the job's run id: --run-id ID (or rendezvous.run_id in the job file)")
+    if selection.options is not None and "read_only" in type(selection.options).model_fields:  # status only reads
+        selection = replace(selection, options=selection.options.model_copy(update={"read_only": True}))
     backend = open_backend(selection, section.run_id)
     limits = f" (min {nodes.min}, max {nodes.max_nodes})" if job_file else ""
     return _show_status(backend, section.run_id, limits)

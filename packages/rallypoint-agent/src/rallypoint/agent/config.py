@@ -8,15 +8,22 @@ validates ``[ranks.options]`` with the selected strategy's ``options_model``.
 
 from __future__ import annotations
 
+import re
+import string
 from typing import Annotated, Any
 
-from pydantic import BeforeValidator, Field, model_validator
+from pydantic import AfterValidator, BeforeValidator, Field, model_validator
 from pydantic_core import PydanticCustomError
 
 from rallypoint.core.config import ConfigSection, Duration, PositiveDuration, Section
+from rallypoint.core.config.sections import cross_field_error
 
 __all__ = [
     "AGENT_SECTIONS",
+    "LOG_DIR_FIELDS",
+    "MAX_NODES",
+    "MAX_NPROC_PER_NODE",
+    "MAX_RESTARTS",
     "AgentSection",
     "JobSection",
     "NodesSection",
@@ -25,51 +32,167 @@ __all__ = [
     "Tee",
 ]
 
+#: The most nodes a job may name (``nodes.min``, ``nodes.max``, ``--nnodes``).
+MAX_NODES = 65536
+#: The most workers one node may run (``nodes.nproc_per_node``, ``--nproc-per-node``).
+MAX_NPROC_PER_NODE = 1024
+#: The largest restart budget (``agent.max_restarts``, ``--max-restarts``).
+MAX_RESTARTS = 100_000
+#: The names ``agent.log_dir`` may use: ``{run_id}`` and ``{job}``.
+LOG_DIR_FIELDS = ("run_id", "job")
+_DIGITS = re.compile(r"\s*([0-9]+)\s*")
+#: torchrun's ``--tee`` streams (0 none, 1 stdout, 2 stderr, 3 both); rallypoint shows both streams.
+_TORCHRUN_TEE = {
+    "0": "torchrun's --tee 0 (no stream) is ambiguous here: for rank 0 only write rank0 (or 0,), for no console "
+    "output write none",
+    "1": "torchrun's --tee 1 (stdout only) has no equivalent: rallypoint shows stdout and stderr together; "
+    "write all, or 1, for rank 1 only",
+    "2": "torchrun's --tee 2 (stderr only) has no equivalent: rallypoint shows stdout and stderr together; "
+    "write all, or 2, for rank 2 only",
+}
+
 
 def _nproc(value: Any) -> int | str:
     if value == "auto":
         return "auto"
+    if isinstance(value, str) and (digits := _DIGITS.fullmatch(value)):
+        text = digits.group(1).lstrip("0") or "0"
+        value = int(text) if len(text) <= 18 else MAX_NPROC_PER_NODE + 1
+    if isinstance(value, int) and not isinstance(value, bool) and value > MAX_NPROC_PER_NODE:
+        raise PydanticCustomError(
+            "nproc_bound",
+            "at most {bound} workers per node, got {value}",
+            {"bound": MAX_NPROC_PER_NODE, "value": _short(value)},
+        )
     if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
         return value
-    if isinstance(value, str) and value.strip().isdigit() and int(value) >= 1:
-        return int(value)
     raise PydanticCustomError(
-        "nproc", 'expected a positive number of workers or "auto", got {value}', {"value": repr(value)}
+        "nproc", 'expected a positive number of workers or "auto", got {value}', {"value": _short(value)}
     )
+
+
+def _short(value: Any) -> str:
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 10**30:
+        return f"a {len(str(value))}-digit number"
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _tee_ranks(text: str) -> list[int] | None:
+    """``"0,3"`` (or ``"3,"``) as a list of ranks; ``None`` when ``text`` is not such a list."""
+    parts = [p.strip() for p in text.split(",")]
+    if "," not in text or not all(p.isascii() and p.isdigit() for p in parts if p) or not any(parts):
+        return None
+    if any(not p for p in parts[:-1]):  # "0,,3": an empty entry before the last
+        return None
+    return [int(p) for p in parts if p]
 
 
 def _tee(value: Any) -> str | list[int]:
     if value in ("all", "rank0", "none"):
         return str(value)
+    if isinstance(value, str):
+        text = value.strip()
+        if text in _TORCHRUN_TEE:
+            raise PydanticCustomError("tee_torchrun", _TORCHRUN_TEE[text])
+        if text == "3":  # torchrun's "both streams": every rank's output, as rallypoint's all
+            return "all"
+        if ":" in text:
+            raise PydanticCustomError(
+                "tee_torchrun",
+                "torchrun's per-local-rank form {value} has no equivalent: rallypoint shows stdout and stderr "
+                "together; write all, none, rank0 or global ranks such as 0,3",
+                {"value": _short(text)},
+            )
+        if text.isascii() and text.isdigit() and len(text) <= 9:
+            return [int(text)]
+        ranks = _tee_ranks(text)
+        if ranks is not None:
+            value = ranks
     if isinstance(value, list) and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value):
+        if any(v >= MAX_NODES * MAX_NPROC_PER_NODE for v in value):
+            raise PydanticCustomError(
+                "tee_bound",
+                "ranks are below {bound}, got {value}",
+                {"bound": MAX_NODES * MAX_NPROC_PER_NODE, "value": _short(value)},
+            )
         return list(value)
     raise PydanticCustomError(
         "tee",
-        'expected "all", "rank0", "none" or a list of ranks such as [0, 3], got {value}',
-        {"value": repr(value)},
+        'expected "all", "rank0", "none" or a list of ranks such as [0, 3] ("0,3" or "3," on the command line), '
+        "got {value}",
+        {"value": _short(value)},
     )
 
 
-#: Workers per node: a positive number, or ``"auto"`` (GPUs if any, else CPUs).
+def _no_nul(value: str) -> str:
+    """Refuse NUL characters: no command line, environment or path can hold one."""
+    if "\0" in value:
+        raise PydanticCustomError("nul", "holds a NUL character (\\0): no command line, variable or path can hold one")
+    return value
+
+
+def _env_name(value: str) -> str:
+    _no_nul(value)
+    if not value or "=" in value:
+        raise PydanticCustomError(
+            "env_name", "invalid variable name {name}: a name is not empty and has no '='", {"name": _short(value)}
+        )
+    return value
+
+
+def _log_dir(value: str) -> str:
+    """Check ``agent.log_dir`` is a path template using only ``{run_id}`` and ``{job}``."""
+    _no_nul(value)
+    try:
+        parsed = list(string.Formatter().parse(value))
+    except ValueError as exc:
+        raise PydanticCustomError(
+            "log_dir",
+            "cannot read the template {value} ({error}); use {run_id} and {job}, and {{ }} for literal braces",
+            {"value": _short(value), "error": str(exc)},
+        ) from None
+    for _text, name, spec, conversion in parsed:
+        if name is None:
+            continue
+        if name not in LOG_DIR_FIELDS or spec or conversion:
+            field = "{" + name + (f"!{conversion}" if conversion else "") + (f":{spec}" if spec else "") + "}"
+            raise PydanticCustomError(
+                "log_dir",
+                "{field} is not a name the template knows: use {run_id} and {job} only (no format spec or "
+                "conversion), and {{ }} for literal braces",
+                {"field": _short(field)},
+            )
+    if not value.strip():
+        raise PydanticCustomError("log_dir", "is empty; give a directory, e.g. runs/{run_id}")
+    return value
+
+
+#: Workers per node: a positive number up to :data:`MAX_NPROC_PER_NODE`, or ``"auto"`` (GPUs if any, else CPUs).
 NprocPerNode = Annotated[int | str, BeforeValidator(_nproc)]
 #: Which ranks reach the console: ``"all"``, ``"rank0"``, ``"none"`` or a list of ranks.
 Tee = Annotated[str | list[int], BeforeValidator(_tee)]
+_Text = Annotated[str, AfterValidator(_no_nul)]
 
 
 class JobSection(Section):
     """``[job]``: what each worker runs."""
 
-    name: str | None = Field(default=None, description="Job name; defaults to the job file's stem.")
-    entrypoint: str | None = Field(default=None, description="Script (or executable) each worker runs.")
-    module: str | None = Field(default=None, description="Python module to run with -m, instead of entrypoint.")
-    args: list[str] = Field(default_factory=list, description="Arguments passed to every worker.")
-    env: dict[str, str] = Field(default_factory=dict, description="Extra environment for every worker.")
+    name: _Text | None = Field(default=None, description="Job name; defaults to the job file's stem.")
+    entrypoint: _Text | None = Field(default=None, description="Script (or executable) each worker runs.")
+    module: _Text | None = Field(default=None, description="Python module to run with -m, instead of entrypoint.")
+    args: list[_Text] = Field(default_factory=list, description="Arguments passed to every worker.")
+    env: dict[Annotated[str, AfterValidator(_env_name)], _Text] = Field(
+        default_factory=dict, description="Extra environment for every worker."
+    )
 
     @model_validator(mode="after")
     def _one_target(self) -> JobSection:
         if self.entrypoint and self.module:
-            raise PydanticCustomError(
-                "job_target", "set either entrypoint or module, not both (module runs as python -m)"
+            raise cross_field_error(
+                "job_target",
+                "set either entrypoint or module, not both (module runs as python -m)",
+                ("module", "entrypoint"),
             )
         return self
 
@@ -77,15 +200,15 @@ class JobSection(Section):
 class NodesSection(Section):
     """``[nodes]``: how many agents (nodes) and workers per node."""
 
-    min: int = Field(default=1, ge=1, description="Fewest nodes the job runs with.")
-    max: int | None = Field(default=None, ge=1, description="Most nodes; defaults to min (fixed size).")
+    min: int = Field(default=1, ge=1, le=MAX_NODES, description="Fewest nodes the job runs with.")
+    max: int | None = Field(default=None, ge=1, le=MAX_NODES, description="Most nodes; defaults to min (fixed size).")
     nproc_per_node: NprocPerNode = Field(default=1, description='Workers per node, or "auto".')
 
     @model_validator(mode="after")
     def _range(self) -> NodesSection:
         if self.max is not None and self.max < self.min:
-            raise PydanticCustomError(
-                "nodes_range", "max ({max}) is smaller than min ({min})", {"max": self.max, "min": self.min}
+            raise cross_field_error(
+                "nodes_range", "max ({max}) is smaller than min ({min})", ("max", "min"), max=self.max, min=self.min
             )
         return self
 
@@ -105,10 +228,14 @@ class RanksSection(Section):
 class AgentSection(Section):
     """``[agent]``: restarts, monitoring, logs."""
 
-    max_restarts: int = Field(default=3, ge=0, description="Restarts for the whole job, not per agent.")
+    max_restarts: int = Field(
+        default=3, ge=0, le=MAX_RESTARTS, description="Restarts for the whole job, not per agent."
+    )
     monitor_interval: PositiveDuration = 0.1
     exit_barrier_timeout: PositiveDuration = 300.0
-    log_dir: str = "runs/{run_id}"
+    log_dir: Annotated[str, AfterValidator(_log_dir)] = Field(
+        default="runs/{run_id}", description="Logs, error files and failure.json; {run_id} and {job} are filled in."
+    )
     tee: Tee = "all"
     store_head_start: Duration = Field(
         default=0.05,

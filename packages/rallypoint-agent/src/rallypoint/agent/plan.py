@@ -21,7 +21,7 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from pydantic import BaseModel
 
@@ -44,6 +44,7 @@ __all__ = [
     "JobPlan",
     "NodeFacts",
     "RendezvousPlan",
+    "job_fingerprint",
     "plan_job",
     "visible_gpus",
     "worker_argv",
@@ -161,6 +162,8 @@ class RendezvousPlan:
         min_nodes: ``nodes.min``.
         max_nodes: ``nodes.max`` (``min`` when unset).
         timeouts: the ``[rendezvous]`` timeouts.
+        fingerprint: what the job runs (see :func:`job_fingerprint`); the rendezvous refuses a
+            node whose fingerprint differs from the one the job's first node published.
     """
 
     backend: Selection
@@ -168,6 +171,7 @@ class RendezvousPlan:
     min_nodes: int
     max_nodes: int
     timeouts: RendezvousTimeouts
+    fingerprint: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def record(self) -> RendezvousBackendRecord:
@@ -245,6 +249,21 @@ def _timer_section(resolved: ResolvedConfig) -> _TimerFields | None:
     return section
 
 
+def job_fingerprint(job: JobSection, nodes: NodesSection) -> dict[str, Any]:
+    """What every node of one job runs, as JSON: two jobs that differ here never share a run id.
+
+    The entry point (or module) as written, the workers' arguments and the node range. The
+    number of workers per node is left out (nodes may differ), and so are paths that depend on
+    where a node keeps the job file.
+    """
+    return {
+        "entrypoint": job.entrypoint,
+        "module": job.module,
+        "args": list(job.args),
+        "nodes": f"{nodes.min}:{nodes.max_nodes}",
+    }
+
+
 def _rendezvous_plan(resolved: ResolvedConfig, facts: NodeFacts, job_name: str) -> RendezvousPlan:
     """Check the backend fits the node range, settle the run id and this run's backend options."""
     nodes = resolved.section(NodesSection)
@@ -254,21 +273,24 @@ def _rendezvous_plan(resolved: ResolvedConfig, facts: NodeFacts, job_name: str) 
     record = selection.record if selection is not None else None
     if selection is None or not isinstance(record, RendezvousBackendRecord):
         raise _issue(source, "rendezvous.backend", f"{section.backend!r} is not a rendezvous backend")
+    max_key = "nodes.max" if nodes.max is not None else "nodes.min"
+    max_source = resolved.loaded.source_of(max_key)
     if nodes.max_nodes > 1 and not record.multi_host:
         raise _issue(
-            source,
-            "rendezvous.backend",
-            f"backend {section.backend!r} only works within one agent process, but nodes.max is "
-            f"{nodes.max_nodes}; use a shared backend such as 'file' "
+            max_source if source == "default" else source,
+            max_key if source == "default" else "rendezvous.backend",
+            f"backend {section.backend!r} only works within one agent process ({source}), but {max_key} is "
+            f"{nodes.max_nodes} ({max_source}); use a shared backend such as 'file' "
             "(--rdzv-backend file --rdzv-endpoint DIR)",
         )
     run_id = section.run_id
     if run_id is None:
         if nodes.max_nodes > 1:
             raise _issue(
-                None,
+                max_source,
                 "rendezvous.run_id",
-                "a multi-node job needs a run id that every node shares: set rendezvous.run_id or pass --run-id",
+                f"a multi-node job needs a run id that every node shares ({max_key} is {nodes.max_nodes}): "
+                "set rendezvous.run_id or pass --run-id",
             )
         run_id = f"{job_name}-{facts.run_token}"
     options = selection.options
@@ -282,6 +304,7 @@ def _rendezvous_plan(resolved: ResolvedConfig, facts: NodeFacts, job_name: str) 
         min_nodes=nodes.min,
         max_nodes=nodes.max_nodes,
         timeouts=RendezvousTimeouts.from_section(section),
+        fingerprint=job_fingerprint(resolved.section(JobSection), nodes),
     )
 
 

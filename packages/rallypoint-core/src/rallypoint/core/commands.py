@@ -142,7 +142,11 @@ def _parse_set(values: tuple[str, ...]) -> list[tuple[str, Any, str]]:
         if not sep or not key:
             issues.append(ConfigIssue("--set (command line)", item, "write it as KEY=VALUE, e.g. section.key=4"))
             continue
-        out.append((key, parse_value(text), f"--set {key} (command line)"))
+        label = f"--set {key} (command line)"
+        try:
+            out.append((key, parse_value(text), label))
+        except ValueError as exc:
+            issues.append(ConfigIssue(label, key, str(exc)))
     if issues:
         raise ConfigError(issues)
     return out

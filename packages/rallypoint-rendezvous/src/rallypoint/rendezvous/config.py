@@ -8,15 +8,43 @@ validates ``options`` with the selected backend's ``options_model``.
 
 from __future__ import annotations
 
-from typing import Any
+import re
+from typing import Annotated, Any
 
-from pydantic import Field, model_validator
+from pydantic import AfterValidator, Field, model_validator
 from pydantic_core import PydanticCustomError
 
 from rallypoint.core.config import ConfigSection, Duration, PositiveDuration, Section, format_duration
+from rallypoint.core.config.sections import cross_field_error
 from rallypoint.rendezvous.timeouts import RendezvousTimeouts
 
-__all__ = ["RENDEZVOUS_SECTION", "RendezvousSection"]
+__all__ = ["MAX_RUN_ID_LENGTH", "RENDEZVOUS_SECTION", "RUN_ID_PATTERN", "RendezvousSection", "check_run_id"]
+
+#: The longest run id.
+MAX_RUN_ID_LENGTH = 128
+#: A run id: ASCII letters, digits, ``.``, ``_`` and ``-``, starting with a letter or digit. It names
+#: directories (logs, the file backend's state) and keys, so it can hold no ``/`` and cannot be ``..``.
+RUN_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+_RUN_ID_RULE = (
+    f"a run id is 1 to {MAX_RUN_ID_LENGTH} ASCII letters, digits, '.', '_' or '-', starting with a letter or digit"
+)
+
+
+def check_run_id(value: str) -> str:
+    """Return ``value`` if it is a valid run id (see :data:`RUN_ID_PATTERN`).
+
+    >>> check_run_id("exp-7.a_1")
+    'exp-7.a_1'
+
+    Raises:
+        PydanticCustomError: the id is empty, too long or holds another character; the message
+            says the rule (within a pydantic model it becomes a located config error).
+    """
+    if len(value) <= MAX_RUN_ID_LENGTH and RUN_ID_PATTERN.fullmatch(value):
+        return value
+    shown = repr(value) if len(value) <= 60 else repr(value[:57]) + "..."
+    raise PydanticCustomError("run_id", "invalid run id {value}: {rule}", {"value": shown, "rule": _RUN_ID_RULE})
+
 
 _DEFAULTS = RendezvousTimeouts()
 
@@ -25,7 +53,7 @@ class RendezvousSection(Section):
     """``[rendezvous]``: how agents find each other. ``options`` belong to the backend."""
 
     backend: str = Field(default="memory", description="Rendezvous backend (memory, file, grpc, etcd...).")
-    run_id: str | None = Field(
+    run_id: Annotated[str, AfterValidator(check_run_id)] | None = Field(
         default=None, description="Job identity shared by all agents; generated when standalone."
     )
     join_timeout: PositiveDuration = _DEFAULTS.join
@@ -38,13 +66,12 @@ class RendezvousSection(Section):
     @model_validator(mode="after")
     def _heartbeats(self) -> RendezvousSection:
         if self.heartbeat_timeout <= self.heartbeat_interval:
-            raise PydanticCustomError(
+            raise cross_field_error(
                 "heartbeat",
                 "heartbeat_timeout ({timeout}) must be longer than heartbeat_interval ({interval})",
-                {
-                    "timeout": format_duration(self.heartbeat_timeout),
-                    "interval": format_duration(self.heartbeat_interval),
-                },
+                ("heartbeat_timeout", "heartbeat_interval"),
+                timeout=format_duration(self.heartbeat_timeout),
+                interval=format_duration(self.heartbeat_interval),
             )
         return self
 

@@ -9,7 +9,11 @@ from typing import Annotated, Any
 from pydantic import BeforeValidator, Field, PlainSerializer
 from pydantic_core import PydanticCustomError
 
-__all__ = ["Duration", "PositiveDuration", "format_duration", "parse_duration"]
+__all__ = ["MAX_DURATION", "Duration", "PositiveDuration", "format_duration", "parse_duration"]
+
+#: The longest duration a job accepts, in seconds (365 days): longer waits are mistakes, and
+#: timeouts past the platform's limit (``threading.TIMEOUT_MAX``) would fail at run time.
+MAX_DURATION = 365 * 86400.0
 
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _PART = re.compile(r"(\d+(?:\.\d+)?|\.\d+)\s*(ms|s|m|h|d)")
@@ -21,7 +25,7 @@ def parse_duration(value: Any) -> float:
     """Parse a duration into seconds.
 
     Accepts a non-negative number of seconds, a numeric string, or units ``ms``, ``s``, ``m``,
-    ``h``, ``d``, optionally combined (``"1m30s"``).
+    ``h``, ``d``, optionally combined (``"1m30s"``); at most :data:`MAX_DURATION` (``"365d"``).
 
     >>> parse_duration("250ms"), parse_duration("5m"), parse_duration("1h30m"), parse_duration(2)
     (0.25, 300.0, 5400.0, 2.0)
@@ -31,10 +35,14 @@ def parse_duration(value: Any) -> float:
     """
     if isinstance(value, bool):
         raise ValueError(f"invalid duration {value!r} ({_HINT})")
+    if isinstance(value, int) and value > MAX_DURATION:
+        raise ValueError(f"invalid duration {_short(value)}: at most 365d ({_HINT})")
     if isinstance(value, int | float):
         seconds = float(value)
     elif isinstance(value, str):
         text = value.strip().lower()
+        if len(text) > 64:
+            raise ValueError(f"invalid duration {_short(value)}: too long to be a time ({_HINT})")
         try:
             seconds = float(text)
         except ValueError:
@@ -45,7 +53,15 @@ def parse_duration(value: Any) -> float:
         raise ValueError(f"invalid duration {value!r} ({_HINT})")
     if math.isnan(seconds) or math.isinf(seconds) or seconds < 0:
         raise ValueError(f"invalid duration {value!r}: must be a finite, non-negative time ({_HINT})")
+    if seconds > MAX_DURATION:
+        raise ValueError(f"invalid duration {value!r}: at most 365d ({_HINT})")
     return seconds
+
+
+def _short(value: Any) -> str:
+    """``repr(value)``, cut to a readable length (hostile values can be huge)."""
+    text = repr(value) if not isinstance(value, int) or value < 10**40 else f"a {len(str(value))}-digit number"
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def format_duration(seconds: float) -> str:

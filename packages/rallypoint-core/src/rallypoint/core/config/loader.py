@@ -13,6 +13,7 @@ not a declared section name (``RALLYPOINT_DISABLE_PLUGINS``...) are not configur
 from __future__ import annotations
 
 import os
+import stat
 import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -21,12 +22,14 @@ from typing import Any, Protocol, TypeVar
 
 from pydantic import ValidationError
 
-from rallypoint.core.config.messages import issues_from_validation
+from rallypoint.core.config.messages import DEFAULT_LABEL, issues_from_validation
 from rallypoint.core.config.sections import JobSchema, Section
 from rallypoint.core.errors import ConfigError, ConfigIssue
 
 __all__ = [
     "ENV_PREFIX",
+    "MAX_DEPTH",
+    "MAX_FILE_BYTES",
     "LoadedConfig",
     "SchemaSource",
     "env_overrides",
@@ -47,7 +50,11 @@ class SchemaSource(Protocol):
 
 
 ENV_PREFIX = "RALLYPOINT_"
-DEFAULT_SOURCE = "default"
+DEFAULT_SOURCE = DEFAULT_LABEL
+#: The most a job file may hold; a job file is a few kilobytes of TOML.
+MAX_FILE_BYTES = 1024 * 1024
+#: How deeply tables and lists may nest in a job file, a ``RALLYPOINT_*`` value or ``--set``.
+MAX_DEPTH = 32
 
 
 @dataclass
@@ -127,11 +134,43 @@ def parse_value(text: str) -> Any:
 
     >>> parse_value("4"), parse_value("5m"), parse_value('["a", "b"]'), parse_value("true")
     (4, '5m', ['a', 'b'], True)
+
+    Raises:
+        ValueError: the value nests tables or lists more than :data:`MAX_DEPTH` levels deep.
     """
     try:
-        return tomllib.loads(f"v = {text}")["v"]
-    except tomllib.TOMLDecodeError:
+        value = tomllib.loads(f"v = {text}")["v"]
+    except (tomllib.TOMLDecodeError, ValueError):  # ValueError: an integer of more than 4300 digits
         return text
+    except RecursionError:
+        raise ValueError(_too_deep()) from None
+    if _too_deep_at(value) is not None:
+        raise ValueError(_too_deep())
+    return value
+
+
+def _too_deep() -> str:
+    return f"tables and lists nest more than {MAX_DEPTH} levels deep (the most a job accepts); flatten the value"
+
+
+def _too_deep_at(value: Any, prefix: str = "") -> str | None:
+    """The key path of the first value nested deeper than :data:`MAX_DEPTH`, if any.
+
+    Iterative, since the value may be hostile. ``""`` means the value itself.
+    """
+    stack: list[tuple[Any, str, int]] = [(value, prefix, 0)]
+    while stack:
+        item, path, level = stack.pop()
+        if isinstance(item, Mapping):
+            children: Iterable[tuple[str, Any]] = ((f"{path}.{k}" if path else str(k), v) for k, v in item.items())
+        elif isinstance(item, list):
+            children = ((f"{path}[{i}]", v) for i, v in enumerate(item))
+        else:
+            continue
+        if level + 1 > MAX_DEPTH:
+            return path
+        stack.extend((child, child_path, level + 1) for child_path, child in children)
+    return None
 
 
 def _set_path(data: dict[str, Any], key: str, value: Any) -> None:
@@ -162,11 +201,15 @@ def env_overrides(environ: Mapping[str, str], sections: Iterable[str]) -> list[t
         sections: the declared section names; other ``RALLYPOINT_*`` variables are not
             configuration.
 
+    Raises:
+        ConfigError: a value nests deeper than :data:`MAX_DEPTH`; each issue names the variable.
+
     >>> env_overrides({"RALLYPOINT_WIDGETS_COUNT": "4", "RALLYPOINT_DISABLE_PLUGINS": "x"}, ["widgets"])
     [('widgets.count', 4, 'RALLYPOINT_WIDGETS_COUNT (environment)')]
     """
     names = set(sections)
     found = []
+    issues = []
     for var in sorted(environ):
         if not var.startswith(ENV_PREFIX):
             continue
@@ -176,26 +219,58 @@ def env_overrides(environ: Mapping[str, str], sections: Iterable[str]) -> list[t
             continue
         if key.startswith("options_") and len(key) > len("options_"):
             key = "options." + key[len("options_") :]
-        found.append((f"{section}.{key}", parse_value(environ[var]), f"{var} (environment)"))
+        label = f"{var} (environment)"
+        try:
+            found.append((f"{section}.{key}", parse_value(environ[var]), label))
+        except ValueError as exc:
+            issues.append(ConfigIssue(label, f"{section}.{key}", str(exc)))
+    if issues:
+        raise ConfigError(issues)
     return found
+
+
+def _read_bytes(file_path: Path, label: str) -> bytes:
+    """The file's bytes, at most :data:`MAX_FILE_BYTES` of them: a job file is never a device."""
+
+    def refuse(message: str) -> ConfigError:
+        return ConfigError([ConfigIssue(label, "", message)])
+
+    try:
+        mode = file_path.stat().st_mode
+        if stat.S_ISDIR(mode):
+            raise refuse("is a directory; give the path of a .toml job file")
+        if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) or stat.S_ISSOCK(mode):
+            raise refuse("is a device or socket, not a job file; give the path of a .toml job file")
+        with file_path.open("rb") as handle:
+            raw = handle.read(MAX_FILE_BYTES + 1)
+    except FileNotFoundError:
+        raise refuse("no such file; check the path") from None
+    except OSError as exc:
+        raise refuse(f"cannot read: {exc.strerror or exc}") from None
+    if len(raw) > MAX_FILE_BYTES:
+        limit = f"{MAX_FILE_BYTES // 1024} KiB"
+        raise refuse(f"is larger than {limit}, the most a job file may hold; is it the right file?")
+    return raw
 
 
 def _read_toml(file_path: Path) -> dict[str, Any]:
     label = str(file_path)
+    raw = _read_bytes(file_path, label)
     try:
-        raw = file_path.read_bytes()
-    except FileNotFoundError:
-        raise ConfigError([ConfigIssue(label, "", "no such file; check the path")]) from None
-    except IsADirectoryError:
-        raise ConfigError([ConfigIssue(label, "", "is a directory; give the path of a .toml job file")]) from None
-    except OSError as exc:
-        raise ConfigError([ConfigIssue(label, "", f"cannot read: {exc.strerror or exc}")]) from None
-    try:
-        return tomllib.loads(raw.decode("utf-8"))
+        data = tomllib.loads(raw.decode("utf-8"))
     except UnicodeDecodeError:
         raise ConfigError([ConfigIssue(label, "", "is not UTF-8 text; a job file is TOML")]) from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError([ConfigIssue(label, "", f"invalid TOML: {exc}")]) from None
+    except ValueError:  # Python refuses to read integers of more than 4300 digits
+        message = "holds an integer of more than 4300 digits; no setting takes a number that large"
+        raise ConfigError([ConfigIssue(label, "", message)]) from None
+    except RecursionError:
+        raise ConfigError([ConfigIssue(label, "", _too_deep())]) from None
+    deep = _too_deep_at(data)
+    if deep is not None:
+        raise ConfigError([ConfigIssue(label, deep, _too_deep())])
+    return data
 
 
 def load_job_config(
@@ -252,6 +327,8 @@ def load_job_config(
     try:
         loaded.config = schema.model.model_validate(data)
     except ValidationError as exc:
-        issues = issues_from_validation(exc, schema.model, source_of=loaded.source_of, job_file=True)
+        issues = issues_from_validation(
+            exc, schema.model, source_of=loaded.source_of, job_file=True, is_explicit=loaded.is_explicit
+        )
         raise ConfigError(issues) from None
     return loaded

@@ -12,9 +12,13 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from rallypoint.core.config.sections import FIELDS_CTX
 from rallypoint.core.errors import ConfigIssue, did_you_mean
 
 __all__ = ["issues_from_validation"]
+
+#: What :meth:`LoadedConfig.source_of` answers for a key set nowhere.
+DEFAULT_LABEL = "default"
 
 #: Said of an unknown section: sections come from installed packages.
 MISSING_PACKAGE_HINT = (
@@ -26,6 +30,8 @@ MISSING_PACKAGE_HINT = (
 def _format_loc(loc: Iterable[int | str]) -> str:
     out = ""
     for part in loc:
+        if part == "[key]":  # pydantic's mark of an error in a table's key, rather than its value
+            continue
         if isinstance(part, int):
             out += f"[{part}]"
         else:
@@ -52,7 +58,10 @@ def _describe_input(value: Any) -> str:
         return "a table"
     if isinstance(value, list):
         return "a list"
-    return repr(value)
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**30:
+        return f"a {len(str(abs(value)))}-digit number"
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def _message(
@@ -95,7 +104,7 @@ def _message(
             "less_than_equal": ("at most", "le"),
             "less_than": ("less than", "lt"),
         }[kind]
-        return f"must be {words[0]} {ctx.get(words[1])}, got {value!r}"
+        return f"must be {words[0]} {ctx.get(words[1])}, got {_describe_input(value)}"
     if kind == "literal_error":
         return f"expected {ctx.get('expected')}, got {_describe_input(value)}"
     msg = str(error.get("msg", "invalid value"))
@@ -118,6 +127,7 @@ def issues_from_validation(
     prefix: tuple[int | str, ...] = (),
     source_of: Callable[[str], str] | None = None,
     job_file: bool = False,
+    is_explicit: Callable[[str], bool] | None = None,
 ) -> list[ConfigIssue]:
     """Turn a pydantic :class:`ValidationError` into :class:`ConfigIssue` items.
 
@@ -128,11 +138,44 @@ def issues_from_validation(
         source_of: callable from a key path to the label of where it was set.
         job_file: ``model`` is a whole job file: an unknown top-level key is an unknown section,
             and the message says that sections come from installed packages.
+        is_explicit: callable from a key path to whether it was set (not a default); an error
+            about several keys (:func:`~rallypoint.core.config.sections.cross_field_error`) is
+            located at the first one that was.
     """
     issues = []
     for error in exc.errors(include_url=False):
         loc = tuple(error["loc"])
+        fields = (error.get("ctx") or {}).get(FIELDS_CTX)
+        if fields:
+            issues.append(_cross_field_issue(error, prefix + loc, tuple(fields), source_of, is_explicit))
+            continue
         key = _format_loc(prefix + loc)
         source = source_of(key) if source_of else None
         issues.append(ConfigIssue(source, key, _message(error, model, loc, job_file=job_file)))
     return issues
+
+
+def _cross_field_issue(
+    error: Mapping[str, Any],
+    loc: tuple[int | str, ...],
+    fields: tuple[str, ...],
+    source_of: Callable[[str], str] | None,
+    is_explicit: Callable[[str], bool] | None,
+) -> ConfigIssue:
+    """A section validator's error about several keys: located at the first one that was set."""
+    message = str(error.get("msg", "invalid value")).removeprefix("Value error, ")
+    keys = [_format_loc((*loc, name)) for name in fields]
+    if source_of is None:
+        return ConfigIssue(None, keys[0], message)
+    explicit = [is_explicit(key) if is_explicit else True for key in keys]
+    sources = [source_of(key) if set_here else DEFAULT_LABEL for key, set_here in zip(keys, explicit, strict=True)]
+    # blame the first key that was set (a default cannot be the mistake when another key was set)
+    first = next((i for i, set_here in enumerate(explicit) if set_here), 0)
+    elsewhere = [
+        f"{key} {'is the default' if src == DEFAULT_LABEL else 'from ' + src}"
+        for key, src in zip(keys, sources, strict=True)
+        if src != sources[first]
+    ]
+    if elsewhere:
+        message += f" ({'; '.join(elsewhere)})"
+    return ConfigIssue(source_of(keys[first]), keys[first], message)

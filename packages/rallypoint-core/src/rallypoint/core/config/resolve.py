@@ -97,10 +97,20 @@ def _options(
             message = f"{kind.label} {record.name!r} takes no options; remove {names}"
             issues.append(ConfigIssue(loaded.source_of(options_key), options_key, message))
         return None
+    selected_by = loaded.source_of(kind.config_key or section)
+
+    def source_of(key: str) -> str:
+        # no options were given: a missing one is the doing of whoever selected the plugin
+        return loaded.source_of(key) if loaded.is_explicit(options_key) else selected_by
+
     try:
         return model.model_validate(raw or {})
     except ValidationError as exc:
-        issues.extend(issues_from_validation(exc, model, prefix=(section, "options"), source_of=loaded.source_of))
+        issues.extend(
+            issues_from_validation(
+                exc, model, prefix=(section, "options"), source_of=source_of, is_explicit=loaded.is_explicit
+            )
+        )
         return None
 
 

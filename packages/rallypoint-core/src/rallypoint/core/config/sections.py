@@ -17,10 +17,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
+from pydantic_core import PydanticCustomError
 
 from rallypoint.core.errors import PluginError
 
-__all__ = ["ConfigSection", "JobSchema", "Section", "build_schema"]
+__all__ = ["ConfigSection", "JobSchema", "Section", "build_schema", "cross_field_error"]
+
+#: The ``ctx`` entry of a :func:`cross_field_error` that lists the keys it is about.
+FIELDS_CTX = "rallypoint_fields"
 
 _NAME_RE = re.compile(r"^[a-z][a-z0-9]*$")
 #: Second words of core's own ``RALLYPOINT_*`` controls; a section with one of these names would
@@ -32,6 +36,30 @@ class Section(BaseModel):
     """Base of every section: unknown keys are errors, values are validated on assignment."""
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True, strict=True)
+
+
+def cross_field_error(kind: str, message: str, fields: tuple[str, ...], **values: Any) -> PydanticCustomError:
+    """An error of a section's ``model_validator`` about how several of its keys fit together.
+
+    The error is reported at the first of ``fields`` that was set explicitly (its key path and
+    where it was set: file, ``RALLYPOINT_*`` variable or flag), and the message names where the
+    other fields were set when that differs, so that a value given by a flag is never blamed on
+    the file or on the defaults.
+
+    Args:
+        kind: the error type (``"nodes_range"``).
+        message: a template formatted with ``values``.
+        fields: the keys of the section involved, most likely culprit first.
+        values: the template's values.
+
+    Example:
+        >>> class Span(Section):
+        ...     low: int = 0
+        ...     high: int = 1
+        >>> cross_field_error("span", "high ({high}) < low", ("high", "low"), high=0).message()
+        'high (0) < low'
+    """
+    return PydanticCustomError(kind, message, {**values, FIELDS_CTX: tuple(fields)})
 
 
 @dataclass(frozen=True)
