@@ -79,6 +79,18 @@ def test_special_values_of_a_kind_are_not_plugin_names(job_file, acme_pm, acme_j
     assert (off.name, off.record, off.note) == ("off", None, "disabled")
 
 
+def test_options_given_with_a_special_value_are_refused_not_dropped(job_file, acme_pm, acme_job) -> None:
+    # 'auto' picks a plugin at run time: options written for it would reach nothing
+    text = acme_job.replace('maker = "testmaker"', 'maker = "auto"\n[gadgets.options]\nspeed = 3\ncolor = "red"')
+
+    error = resolve_error(job_file(text), acme_pm)
+
+    assert str(error) == (
+        "job.toml: gadgets.options: gadgets.maker = 'auto' takes no options (color, speed given); "
+        "name a gadget maker (testmaker) in gadgets.maker to give it options"
+    )
+
+
 def test_a_special_value_that_needs_a_plugin_says_what_to_install(job_file) -> None:
     pm = get_plugin_manager(autoload=False)  # the widgets subsystem, but no gadget maker
     assert pm.registry(acme_widgets.GADGET_MAKERS).names() == []

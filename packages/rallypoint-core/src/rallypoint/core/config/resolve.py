@@ -140,6 +140,15 @@ def _resolve_one(
     name: str = getattr(section, field_name)
     source = loaded.source_of(key)
     if kind.special_value(name) is not None:
+        raw_options = getattr(section, "options", None)
+        if raw_options:  # they would reach no plugin: say so rather than drop them
+            options_key = f"{section_name}.options"
+            names = ", ".join(pm.registry(kind).names()) or "none installed"
+            message = (
+                f"{key} = {name!r} takes no options ({', '.join(sorted(raw_options))} given); "
+                f"name a {kind.label} ({names}) in {key} to give it options"
+            )
+            issues.append(ConfigIssue(loaded.source_of(options_key), options_key, message))
         return _special(kind, key, name, source, pm, issues)
     registry = pm.registry(kind)
     if not registry.declared:
