@@ -377,3 +377,121 @@ def test_without_pdeathsig_workers_would_be_orphaned(tmp_path):
         for p in pids:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(p, signal.SIGKILL)
+
+
+# -- the whole worker tree (issue #11, item 7) ---------------------------------------------------
+
+#: A worker that starts two grandchildren, one in its own process group and one in a process group
+#: of its own (as a shell with job control does), writes their pids to argv[1] and sleeps.
+TREE_WORKER = """
+import os, subprocess, sys, time
+sleep = [sys.executable, "-c", "import time; time.sleep(120)"]
+same = subprocess.Popen(sleep)
+other = subprocess.Popen(sleep, process_group=0)
+with open(sys.argv[1] + ".tmp", "w") as f:
+    f.write(f"{same.pid} {other.pid}")
+os.replace(sys.argv[1] + ".tmp", sys.argv[1])
+time.sleep(120)
+"""
+
+
+def grandchildren(path: Path) -> list[int]:
+    pids = [int(p) for p in wait_for_file(path, timeout=20).split()]
+    assert len(pids) == 2
+    assert all(alive(p) for p in pids)
+    return pids
+
+
+def kill_leftovers(pids: list[int]) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_stop_kills_grandchildren_in_other_process_groups(tmp_path):
+    # what a restart does to the previous attempt: nothing the worker started may survive
+    group = WorkerGroup()
+    group.start([WorkerSpec(0, [PY, "-c", TREE_WORKER, str(tmp_path / "tree")])])
+    pids = grandchildren(tmp_path / "tree")
+    try:
+        group.stop(grace=0.5)
+        assert wait_until(lambda: not any(alive(p) for p in pids), 10), "a grandchild outlived stop()"
+    finally:
+        kill_leftovers(pids)
+
+
+def test_stop_kills_the_tree_of_a_worker_that_already_exited(tmp_path):
+    code = TREE_WORKER.replace("time.sleep(120)\n", "") + "os._exit(0)\n"
+    group = WorkerGroup()
+    group.start([WorkerSpec(0, [PY, "-c", code, str(tmp_path / "tree")])])
+    pids = grandchildren(tmp_path / "tree")
+    try:
+        event = group.wait_any(timeout=20)
+        assert event is not None
+        assert event.ok
+        assert all(alive(p) for p in pids)
+        group.stop(grace=0.5)
+        assert wait_until(lambda: not any(alive(p) for p in pids), 10), "a grandchild outlived stop()"
+    finally:
+        kill_leftovers(pids)
+
+
+TREE_AGENT = """
+import os, sys
+from rallypoint.agent.workers import WorkerGroup, WorkerSpec
+group = WorkerGroup(pdeathsig=sys.argv[2] == "1")
+group.start([WorkerSpec(0, [sys.executable, "-c", sys.argv[3], sys.argv[1]])])
+import time
+time.sleep(120)
+"""
+
+
+def run_tree_agent_and_kill_it(tmp_path: Path, pdeathsig: bool) -> list[int]:
+    tree = tmp_path / "tree"
+    agent = subprocess.Popen([PY, "-c", TREE_AGENT, str(tree), "1" if pdeathsig else "0", TREE_WORKER])
+    try:
+        pids = grandchildren(tree)
+    finally:
+        agent.kill()
+        agent.wait(timeout=10)
+    return pids
+
+
+def test_sigkilled_agent_takes_the_workers_grandchildren_with_it(tmp_path):
+    pids = run_tree_agent_and_kill_it(tmp_path, pdeathsig=True)
+    try:
+        assert wait_until(lambda: not any(alive(p) for p in pids), ORPHAN_WINDOW), (
+            "processes started by a worker outlived their SIGKILLed agent"
+        )
+    finally:
+        kill_leftovers(pids)
+
+
+def test_without_the_sentinel_grandchildren_would_be_orphaned(tmp_path):
+    # control experiment for the test above: it does detect surviving grandchildren
+    pids = run_tree_agent_and_kill_it(tmp_path, pdeathsig=False)
+    try:
+        assert not wait_until(lambda: not all(alive(p) for p in pids), 1.0)
+    finally:
+        kill_leftovers(pids)
+
+
+def test_kill_sessions_reaches_every_member_and_nobody_else(tmp_path):
+    from rallypoint.agent.sentinel import kill_sessions, session_members
+
+    bystander = subprocess.Popen([PY, "-c", "import time; time.sleep(60)"], start_new_session=True)
+    worker = subprocess.Popen([PY, "-c", TREE_WORKER, str(tmp_path / "tree")], start_new_session=True)
+    pids = grandchildren(tmp_path / "tree")
+    try:
+        members = {pid for pid, _, _ in session_members([worker.pid])}
+        assert members == {worker.pid, *pids}
+        kill_sessions([worker.pid])
+        assert worker.wait(timeout=10) == -signal.SIGKILL
+        assert wait_until(lambda: not any(alive(p) for p in pids), 10)
+        assert bystander.poll() is None
+    finally:
+        kill_leftovers(pids)
+        bystander.kill()
+        bystander.wait()
+        worker.kill()
+        worker.wait()

@@ -20,9 +20,18 @@ Design:
   The kernel sends the death signal when the *thread* that forked exits, not the process; all
   workers are therefore forked by one long-lived spawner thread owned by this module, so starting
   workers from a short-lived thread (an executor, a test) does not kill them when it ends.
-  The death signal reaches the worker only; its own children are cleaned up by :meth:`stop`
-  (which signals the whole group) or by their own parent-death handling.
-  Elsewhere than Linux there is no death signal: workers of a ``SIGKILL``-ed agent survive.
+  The death signal reaches the worker only. What the worker started is its **session** (see
+  below); a ``SIGKILL``-ed agent runs no code, so a tiny sentinel process
+  (:mod:`rallypoint.agent.sentinel`) watches the agent and kills every registered worker session
+  when the agent is gone, however it ended.
+  Elsewhere than Linux there is no death signal: workers of a ``SIGKILL``-ed agent are killed by
+  the sentinel's process-group kill only.
+* **The whole tree.** A worker's session holds everything it started, also processes that moved
+  to a process group of their own (a shell with job control). :meth:`WorkerGroup.stop` (every
+  restart, a stop on SIGTERM, the end of a job) ends with ``SIGKILL`` to each worker's process
+  group and then to every other member of its session (found in ``/proc``), and the sentinel does
+  the same when the agent dies. A process that starts a session of its own (``setsid``, a daemon)
+  has left the job and is not followed.
 * **Exit detection without polling.** One daemon thread per worker blocks in ``waitid`` and,
   the moment the kernel reports the exit, records a :class:`WorkerExit` (exit code or signal
   name, start and exit time) and wakes :meth:`WorkerGroup.wait_any` / :meth:`WorkerGroup.wait`
@@ -53,6 +62,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+from rallypoint.agent import sentinel
 from rallypoint.agent.logs import WorkerLogs
 from rallypoint.core.errors import RallypointError
 
@@ -254,7 +264,8 @@ class WorkerGroup:
     Args:
         logs: where output goes. With logs, each worker's stdout and stderr are pipes read by
             ``logs``; without, workers inherit the agent's stdout and stderr.
-        pdeathsig: ask for ``SIGKILL`` on agent death (Linux; ignored elsewhere).
+        pdeathsig: the workers and everything they start die with the agent: a ``SIGKILL``
+            parent-death signal for the workers (Linux) and the sentinel for their sessions.
         on_exit: called from a watcher thread with each :class:`WorkerExit` as it happens, e.g.
             to push it into the agent's event queue. Keep it short and never let it block.
 
@@ -270,6 +281,7 @@ class WorkerGroup:
     ) -> None:
         self.logs = logs
         self.pdeathsig = pdeathsig and PDEATHSIG_SUPPORTED
+        self._sentinel = sentinel.shared() if pdeathsig else None
         self._on_exit = on_exit
         self._workers: dict[int, _Worker] = {}
         self._exits: dict[int, WorkerExit] = {}
@@ -334,6 +346,8 @@ class WorkerGroup:
             start_new_session=True,
             preexec_fn=preexec,  # unsafe-with-threads caveat: see the module docstring
         )
+        if self._sentinel is not None:
+            self._sentinel.register(popen.pid)  # pid == sid: it leads its own session
         return _Worker(spec, popen, started_at)
 
     def _watch(self, worker: _Worker) -> None:
@@ -424,21 +438,23 @@ class WorkerGroup:
         """Stop every worker: ``sig`` to each process group, up to ``grace`` seconds, then SIGKILL.
 
         Returns the exit of every worker, and reaps them. Idempotent. Workers that already
-        exited are not signalled, but their leftover group members (processes they started), if
-        any, still get the SIGKILL. Call it at the end of every attempt, also after success.
+        exited are not signalled, but what they started (every process left in their sessions,
+        whatever its process group) still gets the SIGKILL. Call it at the end of every attempt,
+        also after success.
         """
-        with self._cond:
-            all_ranks = list(self._workers)
         if grace > 0 and self.running():
             self._signal_groups(sig, self.running())
             self.wait(grace)
-        self._signal_groups(signal.SIGKILL, all_ranks)
-        exits = self.wait(10.0)
         with self._cond:
             popens = [w.popen for w in self._workers.values()]
-        for popen in popens:  # reap: every exit is known, so this does not block
+        # Unreaped workers keep their pids, so their session ids name nobody else.
+        sentinel.kill_sessions(p.pid for p in popens if p.returncode is None)
+        exits = self.wait(10.0)
+        for popen in popens:
+            if popen.returncode is None and self._sentinel is not None:
+                self._sentinel.unregister(popen.pid)  # killed: the sentinel may forget it
             with contextlib.suppress(ChildProcessError):
-                popen.wait()
+                popen.wait()  # reap: every exit is known, so this does not block
         if exits is None:  # pragma: no cover - SIGKILL is not ignorable; only an unkillable D-state
             raise RallypointError(
                 f"workers {self.running()} did not exit 10 s after SIGKILL (stuck in the kernel?); "
@@ -452,6 +468,9 @@ class WorkerGroup:
         for rank in list(getattr(self, "_exits", {})):
             worker = self._workers.get(rank)
             if worker is not None and worker.popen.returncode is None:
+                sentinel.kill_sessions([worker.popen.pid])  # then its pid may be reused
+                if self._sentinel is not None:
+                    self._sentinel.unregister(worker.popen.pid)
                 with contextlib.suppress(ChildProcessError, OSError, subprocess.TimeoutExpired):
                     worker.popen.wait(timeout=0)
 
