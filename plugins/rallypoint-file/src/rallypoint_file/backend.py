@@ -2,9 +2,10 @@
 
 Layout of ``<path>/<run_id>/``::
 
-    FORMAT          {"format": "rallypoint-file", "version": 2, "run_id": ...}: marks the directory as ours
+    FORMAT          {"format": "rallypoint-file", "version": 3, "run_id": ...}: marks the directory as ours
     lock            fcntl (flock) lock taken by every write; holds the space's revision counter
-                    (versions are revisions), rewritten in place under the lock
+                    (versions are revisions; 20 characters, rewritten in place under the lock) and,
+                    after it, the run directory's random nonce (both written with FORMAT)
     kv/<first segment>/<rest of key, percent-encoded>   (keys without '/': kv/@root/<key>)
                     one JSON file per key: {"v": <revision>, "value": <JSON value>}
     kv/<first segment>/.rev
@@ -19,6 +20,13 @@ prefix's first segment (``round/`` wakes for ``round/...`` writes, not for heart
 records) and lists the prefix only when that token moved. Works between processes and hosts that
 share the directory (local disk, NFS with close-to-open consistency). TTLs are not supported:
 expiry would compare clocks of different hosts.
+
+Trust: the run directory and its files must belong to the current user (or the group named in
+the options) and be writable by no one else; everything is created private (see
+:mod:`rallypoint_file.trust`). While the backend is in use it checks, at least once a second,
+that the run directory is still there (the same lock file), still writable, and that the
+revision counter is well formed and never goes back: a deleted, replaced, read-only or corrupted
+run directory fails the next call with the path named, instead of a silent hang.
 """
 
 from __future__ import annotations
@@ -29,9 +37,7 @@ import fcntl
 import json
 import os
 import secrets
-import threading
 import time
-import urllib.parse
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -40,19 +46,25 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from rallypoint.rendezvous.backend import Entry, JSONValue, Version, check_key
 from rallypoint.rendezvous.errors import RendezvousBackendError, RendezvousStateError
+from rallypoint_file.layout import (
+    FORMAT,
+    LOCK_RE,
+    LOCK_SIZE,
+    REV_WIDTH,
+    TOKEN,
+    dump_json,
+    key_of,
+    key_path,
+    path_lock,
+    quote,
+    read_bytes,
+)
+from rallypoint_file.trust import Trust
 
-__all__ = ["FileBackend", "FileOptions", "create_file_backend"]
+__all__ = ["CHECK_INTERVAL", "FORMAT", "FileBackend", "FileOptions", "create_file_backend"]
 
-FORMAT = {"format": "rallypoint-file", "version": 2}
-#: Directory of keys without '/'; percent-encoding never produces a literal '@'.
-_ROOT_DIR = "@root"
-#: Name of a directory's change token (a dot file: never listed as a key).
-_TOKEN = ".rev"
-#: Width of the revision counter and change tokens (decimal, space-padded: valid JSON; rewritten in
-#: place, so fixed width).
-_REV_WIDTH = 20
-_PATH_LOCKS: dict[str, threading.Lock] = {}
-_PATH_LOCKS_GUARD = threading.Lock()
+#: How often (seconds) a backend in use checks that its run directory is intact.
+CHECK_INTERVAL = 1.0
 
 
 class FileOptions(BaseModel):
@@ -60,39 +72,21 @@ class FileOptions(BaseModel):
 
     Attributes:
         path: a directory every node can reach (a shared file system for several hosts);
-            created if missing. Each run id gets a subdirectory.
+            created (mode 0700) if missing. Each run id gets a subdirectory.
         poll_interval: the longest pause between two looks at a watched file, in seconds.
+        group: a group (name or number) whose members may share the run directory: it is
+            created group-owned with mode 2770, its files 0660, and files owned by that group are
+            accepted. Without it the run directory is private to the current user.
+        read_only: open an existing run directory to read it only (``rallypoint status``):
+            nothing is created, a missing run directory is an error, writes are refused.
     """
 
     model_config = ConfigDict(extra="forbid")
 
     path: str = Field(description="directory on a file system shared by every node")
     poll_interval: float = Field(default=0.01, gt=0, le=5)
-
-
-#: What ``urllib.parse.quote(key_part, safe="")`` escapes among the characters keys may hold.
-_ESCAPES = tuple((urllib.parse.quote(c, safe=""), c) for c in "/:@+=,")
-
-
-def _unquote(name: str) -> str:
-    """Invert ``quote(name, safe="")`` for key text (fast path: a few ``str.replace``)."""
-    if "%" not in name:
-        return name
-    for escaped, char in _ESCAPES:
-        name = name.replace(escaped, char)
-    return name if "%" not in name else urllib.parse.unquote(name)
-
-
-def _path_lock(path: Path) -> threading.Lock:
-    with _PATH_LOCKS_GUARD:
-        return _PATH_LOCKS.setdefault(str(path), threading.Lock())
-
-
-def _dump(value: JSONValue) -> str:
-    try:
-        return json.dumps(value, separators=(",", ":"), allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise TypeError(f"rendezvous values must be JSON values, got {type(value).__name__}: {exc}") from exc
+    group: str | None = Field(default=None, min_length=1, description="group that may share the run directory")
+    read_only: bool = Field(default=False, description="read an existing run directory, create and write nothing")
 
 
 class FileBackend:
@@ -102,37 +96,91 @@ class FileBackend:
         path: the shared directory (the run's data goes to ``path/run_id``).
         run_id: the run id (letters, digits and ``. _ - ~ : @ + = ,``).
         poll_interval: see :class:`FileOptions`.
+        group: see :class:`FileOptions`.
+        read_only: see :class:`FileOptions`.
 
     Raises:
-        RendezvousStateError: the run directory exists but holds foreign or corrupt data.
+        RendezvousStateError: the run directory exists but holds foreign or corrupt data, or files
+            of another user or writable by others (the message names the path and its owner);
+            with ``read_only``, it does not exist.
         RendezvousBackendError: the directory cannot be created or written.
     """
 
     supports_ttl = False
 
-    def __init__(self, path: str | os.PathLike[str], run_id: str, *, poll_interval: float = 0.01) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        run_id: str,
+        *,
+        poll_interval: float = 0.01,
+        group: str | None = None,
+        read_only: bool = False,
+    ) -> None:
         if not run_id or "/" in run_id:
             raise ValueError(f"invalid run_id {run_id!r} for the file rendezvous backend: no '/' allowed")
         check_key(run_id)
         self.run_id = run_id
-        self.root = Path(path) / run_id
+        self.base = Path(path)
+        self.root = self.base / run_id
         self.kv = self.root / "kv"
         self._kv = str(self.kv)
         self.poll_interval = poll_interval
-        try:
-            self.kv.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise RendezvousBackendError(f"cannot create rendezvous directory {self.kv}: {exc}") from exc
-        self._tlock = _path_lock(self.root.resolve())
+        self.read_only = read_only
+        self.trust = Trust.for_group(group)
         self._lock_path = self.root / "lock"
         self._lock_file = str(self._lock_path)
-        self._init_format()
+        #: The highest revision this client wrote or read: the counter may never fall below it.
+        self._max_rev = 0
+        self._next_check = 0.0
+        self._nonce: bytes | None = None
+        if read_only:
+            self._open_existing()
+        else:
+            self._create()
+        self._tlock = path_lock(self.root.resolve())
+        if not read_only:
+            self._init_format()
+
+    # -- opening -------------------------------------------------------------------------
+    def _create(self) -> None:
+        """Create (or check) the base directory, the run directory, ``kv/`` and the lock file."""
+        where = self.base
+        try:
+            self.trust.make_dirs(self.base)
+            self.trust.check_base(self.base)
+            for where in (self.root, self.kv):
+                self.trust.make_dir(where)
+            where = self._lock_path
+            with contextlib.suppress(FileExistsError):
+                fd = os.open(self._lock_file, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, self.trust.file_mode)
+                try:
+                    self.trust.fix_file(fd)
+                finally:
+                    os.close(fd)
+        except OSError as exc:
+            raise RendezvousBackendError(f"cannot create rendezvous directory or file {where}: {exc}") from exc
+        self.trust.check_tree(self.root)
+
+    def _open_existing(self) -> None:
+        """Read-only: check an existing run directory and its FORMAT; create nothing."""
+        if not self.root.is_dir():
+            raise RendezvousStateError(
+                f"no rendezvous directory {self.root}: no job with run id {self.run_id!r} has used "
+                f"rendezvous.options.path {self.base}; check the path and the run id"
+            )
+        self.trust.check_base(self.base)
+        self.trust.check_tree(self.root)
+        try:
+            self._parse_lock(read_bytes(self._lock_file))
+        except FileNotFoundError:
+            raise RendezvousStateError(f"{self.root} has no lock file: not a rallypoint rendezvous directory") from None
+        self._check_format(self._read_json(str(self.root / "FORMAT")))
 
     # -- files ---------------------------------------------------------------------------
     def _init_format(self) -> None:
         fmt = self.root / "FORMAT"
-        expected = {**FORMAT, "run_id": self.run_id}
-        with self._locked():
+        with self._locked() as fd:
             if not fmt.exists():
                 others = [p.name for p in self.root.iterdir() if p.name not in ("kv", "lock", "FORMAT")]
                 if others or any(self.kv.iterdir()):
@@ -140,9 +188,19 @@ class FileBackend:
                         f"{self.root} is not a rallypoint rendezvous directory (it has no FORMAT file but holds "
                         f"{sorted(others) or 'files under kv/'}); choose another rendezvous.options.path or run_id"
                     )
-                self._atomic_write(str(fmt), json.dumps(expected))
+                nonce = secrets.token_hex(16).encode()
+                try:
+                    os.pwrite(fd, b"%*d %s" % (REV_WIDTH, 0, nonce), 0)
+                except OSError as exc:
+                    raise RendezvousBackendError(f"cannot write the revision counter {self._lock_path}: {exc}") from exc
+                self._nonce = nonce
+                self._atomic_write(str(fmt), json.dumps({**FORMAT, "run_id": self.run_id}))
                 return
-        data = self._read_json(str(fmt))
+            self._check_format(self._read_json(str(fmt)))
+            self._parse_lock(os.pread(fd, 64, 0))
+
+    def _check_format(self, data: Any) -> None:
+        fmt = self.root / "FORMAT"
         if not isinstance(data, dict) or data.get("format") != FORMAT["format"] or data.get("run_id") != self.run_id:
             raise RendezvousStateError(
                 f"{fmt} does not describe a rallypoint-file rendezvous of run {self.run_id!r} (found {data!r}); "
@@ -151,47 +209,86 @@ class FileBackend:
         if data.get("version") != FORMAT["version"]:
             raise RendezvousStateError(
                 f"{fmt} has format version {data.get('version')!r}; this rallypoint-file reads version "
-                f"{FORMAT['version']}: upgrade rallypoint-file on every node or use a new run_id"
+                f"{FORMAT['version']}: use the same rallypoint-file on every node, and a new run_id"
             )
 
-    def _dir_of(self, key: str) -> str:
-        """The directory (under ``kv/``) that holds ``key``'s file."""
-        head, sep, _ = key.partition("/")
-        return os.path.join(self._kv, urllib.parse.quote(head, safe="") if sep else _ROOT_DIR)
+    def _gone(self, what: str) -> RendezvousStateError:
+        return RendezvousStateError(
+            f"the rendezvous directory {self.root} of run {self.run_id!r} was {what} while the job ran "
+            f"({self._lock_path}); this node stops. Start the job again (a new run_id avoids mixing with "
+            "whatever is there now)"
+        )
+
+    def _verify(self) -> None:
+        """At most once per :data:`CHECK_INTERVAL`: :meth:`check_intact`."""
+        now = time.monotonic()
+        if now >= self._next_check:
+            self._next_check = now + CHECK_INTERVAL
+            self.check_intact()
+
+    def check_intact(self) -> None:
+        """Check that the run directory is the one this backend opened, writable and uncorrupted.
+
+        Raises:
+            RendezvousStateError: it was deleted or replaced, or the revision counter is corrupt
+                or went back.
+            RendezvousBackendError: it can no longer be written (made read-only or immutable).
+        """
+        try:
+            fd = os.open(self._lock_file, os.O_RDONLY | os.O_NOFOLLOW)
+        except FileNotFoundError:
+            raise self._gone("deleted") from None
+        except OSError as exc:
+            raise RendezvousStateError(f"cannot open the rendezvous lock file {self._lock_path}: {exc}") from exc
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH)  # no writer is half-way through the counter
+            self._parse_lock(os.pread(fd, 64, 0))
+        finally:
+            os.close(fd)
+        if self.read_only:
+            return
+        for path in (self.root, self.kv, self._lock_path):
+            if not os.access(path, os.W_OK):
+                raise RendezvousBackendError(
+                    f"rendezvous {'file' if path == self._lock_path else 'directory'} {path} of run "
+                    f"{self.run_id!r} can no longer be written (made read-only or immutable while the job ran); "
+                    "this node stops"
+                )
+
+    def _parse_lock(self, raw: bytes) -> int:
+        """The revision counter: well formed, of this run directory, and not below any revision seen.
+
+        The first call records the run directory's nonce; later calls compare with it.
+        """
+        m = LOCK_RE.fullmatch(raw) if len(raw) == LOCK_SIZE else None
+        if m is None:
+            raise RendezvousStateError(
+                f"rendezvous revision counter in {self._lock_path} is corrupt (found {raw[:64]!r}); "
+                f"the run directory {self.root} cannot be trusted: stop the job and start it with a new run_id"
+            )
+        if self._nonce is None:
+            self._nonce = m.group(2)
+        elif m.group(2) != self._nonce:
+            raise self._gone("replaced")
+        rev = int(m.group(1))
+        if rev < self._max_rev:
+            raise RendezvousStateError(
+                f"rendezvous revision counter in {self._lock_path} went back from {self._max_rev} to {rev} "
+                f"(rewritten by something else than rallypoint); the run directory {self.root} cannot be trusted: "
+                "stop the job and start it with a new run_id"
+            )
+        return rev
 
     def _path(self, key: str) -> str:
-        head, sep, rest = key.partition("/")
-        if not sep:
-            return os.path.join(self._kv, _ROOT_DIR, urllib.parse.quote(head, safe=""))
-        return os.path.join(self._kv, urllib.parse.quote(head, safe=""), urllib.parse.quote(rest, safe=""))
+        return key_path(self._kv, key)
 
     def _file(self, key: str) -> Path:
         """The file that holds ``key``."""
         return Path(self._path(key))
 
-    @staticmethod
-    def _key_of(directory: str, name: str) -> str:
-        head = _unquote(directory)
-        rest = _unquote(name)
-        return rest if directory == _ROOT_DIR else f"{head}/{rest}"
-
-    @staticmethod
-    def _read_bytes(path: str) -> bytes:
-        """The content of ``path`` (one open, read and close; raises ``FileNotFoundError``)."""
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            chunks: list[bytes] = []
-            while True:
-                chunk = os.read(fd, 65536)
-                if not chunk:
-                    return b"".join(chunks)
-                chunks.append(chunk)
-        finally:
-            os.close(fd)
-
     def _read_json(self, path: str) -> Any:
         try:
-            text = self._read_bytes(path).decode("utf-8")
+            text = read_bytes(path).decode("utf-8")
         except FileNotFoundError:
             return None
         except (OSError, UnicodeDecodeError) as exc:
@@ -213,14 +310,17 @@ class FileBackend:
                 f"rendezvous state file {path} is not a rallypoint-file record (found {str(data)[:200]!r}); "
                 f"delete the run directory {self.root} or use a new run_id"
             )
+        if data["v"] > self._max_rev:
+            self._max_rev = data["v"]
         return Entry(data["value"], data["v"])
 
     def _atomic_write(self, path: str, text: str) -> None:
         directory, name = os.path.split(path)
         tmp = os.path.join(directory, f".{name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
         try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, self.trust.file_mode)
             try:
+                self.trust.fix_file(fd)
                 data = text.encode("utf-8")
                 while data:
                     data = data[os.write(fd, data) :]
@@ -235,9 +335,15 @@ class FileBackend:
     @contextlib.contextmanager
     def _locked(self) -> Iterator[int]:
         """Hold the write lock; yields the lock file's descriptor (which holds the counter)."""
+        if self.read_only:
+            raise RendezvousBackendError(
+                f"the rendezvous directory {self.root} was opened read-only (rallypoint status); it cannot be written"
+            )
         with self._tlock:
             try:
-                fd = os.open(self._lock_file, os.O_RDWR | os.O_CREAT, 0o644)
+                fd = os.open(self._lock_file, os.O_RDWR | os.O_NOFOLLOW)
+            except FileNotFoundError:
+                raise self._gone("deleted") from None
             except OSError as exc:
                 raise RendezvousBackendError(f"cannot open lock file {self._lock_path}: {exc}") from exc
             try:
@@ -263,15 +369,14 @@ class FileBackend:
         """
         try:
             raw = os.pread(fd, 64, 0)
-            rev = int(raw.strip() or b"0") + 1
-            os.pwrite(fd, b"%*d" % (_REV_WIDTH, rev), 0)
-        except ValueError:
-            raise RendezvousStateError(
-                f"rendezvous revision counter in {self._lock_path} is corrupt (found {raw[:64]!r}); "
-                f"delete the run directory {self.root} or use a new run_id"
-            ) from None
+        except OSError as exc:
+            raise RendezvousBackendError(f"cannot read the revision counter in {self._lock_path}: {exc}") from exc
+        rev = self._parse_lock(raw) + 1
+        try:
+            os.pwrite(fd, b"%*d" % (REV_WIDTH, rev), 0)
         except OSError as exc:
             raise RendezvousBackendError(f"cannot update the revision counter in {self._lock_path}: {exc}") from exc
+        self._max_rev = rev
         return rev
 
     def _publish(self, directory: str, rev: int) -> None:
@@ -281,8 +386,8 @@ class FileBackend:
         bytes, which only looks like a change (a harmless extra look); the next poll reads the
         final value, so no change is missed.
         """
-        path = os.path.join(directory, _TOKEN)
-        text = f"{rev:>{_REV_WIDTH}d}"
+        path = os.path.join(directory, TOKEN)
+        text = f"{rev:>{REV_WIDTH}d}"
         try:
             try:
                 fd = os.open(path, os.O_WRONLY)
@@ -302,8 +407,10 @@ class FileBackend:
         rev = self._next_revision(fd)
         path = self._path(key)
         directory = os.path.dirname(path)
-        with contextlib.suppress(FileExistsError):
-            os.mkdir(directory)
+        try:
+            self.trust.make_dir(Path(directory))
+        except OSError as exc:
+            raise RendezvousBackendError(f"cannot create rendezvous directory {directory}: {exc}") from exc
         self._atomic_write(path, f'{{"v":{rev},"value":{value_text}}}')
         self._publish(directory, rev)
         return rev
@@ -311,13 +418,15 @@ class FileBackend:
     # -- protocol ------------------------------------------------------------------------
     def get(self, key: str) -> Entry | None:
         """See :meth:`RendezvousBackend.get`."""
+        self._verify()
         return self._read(self._path(check_key(key)))
 
     def set(self, key: str, value: JSONValue, *, ttl: float | None = None) -> Version:
         """See :meth:`RendezvousBackend.set`."""
         self._no_ttl(ttl)
         check_key(key)
-        text = _dump(value)
+        text = dump_json(value)
+        self._verify()
         with self._locked() as fd:
             return self._put(fd, key, text)
 
@@ -327,7 +436,8 @@ class FileBackend:
         """See :meth:`RendezvousBackend.compare_and_set`."""
         self._no_ttl(ttl)
         check_key(key)
-        text = _dump(value)
+        text = dump_json(value)
+        self._verify()
         with self._locked() as fd:
             current = self._read(self._path(key))
             if (None if current is None else current.version) != version:
@@ -338,6 +448,7 @@ class FileBackend:
     def add(self, key: str, amount: int = 1) -> int:
         """See :meth:`RendezvousBackend.add`."""
         check_key(key)
+        self._verify()
         with self._locked() as fd:
             current = self._read(self._path(key))
             base = 0 if current is None else current.value
@@ -350,6 +461,7 @@ class FileBackend:
     def delete(self, key: str, *, version: Version | None = None) -> bool:
         """See :meth:`RendezvousBackend.delete`."""
         path = self._path(check_key(key))
+        self._verify()
         with self._locked() as fd:
             current = self._read(path)
             if current is None or (version is not None and current.version != version):
@@ -363,9 +475,10 @@ class FileBackend:
     def list(self, prefix: str) -> dict[str, Entry]:
         """See :meth:`RendezvousBackend.list`."""
         check_key(prefix, prefix=True)
+        self._verify()
         head, sep, _ = prefix.partition("/")
         if sep:
-            dirs = [urllib.parse.quote(head, safe="")]
+            dirs = [quote(head)]
         else:
             try:
                 dirs = [d for d in os.listdir(self._kv) if not d.startswith(".")]
@@ -381,7 +494,7 @@ class FileBackend:
             for name in names:
                 if name.startswith("."):
                     continue
-                key = self._key_of(d, name)
+                key = key_of(d, name)
                 if key.startswith(prefix):
                     entry = self._read(os.path.join(directory, name))
                     if entry is not None:
@@ -392,6 +505,7 @@ class FileBackend:
         deadline = time.monotonic() + max(0.0, timeout)
         pause = 0.0005
         while True:
+            self._verify()
             if changed():
                 return True
             remaining = deadline - time.monotonic()
@@ -406,6 +520,8 @@ class FileBackend:
 
         def changed() -> bool:
             entry = self._read(path)
+            if entry is None and version is not None:
+                self.check_intact()  # deleted, or was the whole run directory?
             return (None if entry is None else entry.version) != version
 
         return self._poll(changed, timeout)
@@ -414,17 +530,17 @@ class FileBackend:
         """The change tokens that move on every write under ``prefix``."""
         head, sep, _ = prefix.partition("/")
         if sep:
-            return (os.path.join(self._kv, urllib.parse.quote(head, safe=""), _TOKEN),)
+            return (os.path.join(self._kv, quote(head), TOKEN),)
         try:  # no '/': the prefix may match keys of any directory (rare; the handler never does this)
             dirs = sorted(d for d in os.listdir(self._kv) if not d.startswith("."))
         except FileNotFoundError:
             dirs = []
-        return tuple(os.path.join(self._kv, d, _TOKEN) for d in dirs)
+        return tuple(os.path.join(self._kv, d, TOKEN) for d in dirs)
 
     def _token(self, path: str) -> bytes | None:
         """A change token's bytes (``None`` while its directory has never been written)."""
         try:
-            return self._read_bytes(path)
+            return read_bytes(path)
         except FileNotFoundError:
             return None
         except OSError as exc:
@@ -465,4 +581,4 @@ class FileBackend:
 def create_file_backend(run_id: str, options: Any) -> FileBackend:
     """Factory of the ``file`` backend record: ``(run_id, options) -> backend``."""
     opts = options if isinstance(options, FileOptions) else FileOptions.model_validate(dict(options or {}))
-    return FileBackend(opts.path, run_id, poll_interval=opts.poll_interval)
+    return FileBackend(opts.path, run_id, poll_interval=opts.poll_interval, group=opts.group, read_only=opts.read_only)

@@ -14,7 +14,7 @@ def _open(run_id: str, params: Any) -> Any:
     """The file backend for torch's ``RendezvousParameters``, validated with :class:`FileOptions`.
 
     torchrun's arguments come from no job file, so this is where they are checked: the endpoint
-    is ``path``, ``--rdzv-conf poll_interval=...`` the poll interval.
+    is ``path``, ``--rdzv-conf poll_interval=...,group=...`` the poll interval and the sharing group.
     """
     from pydantic import ValidationError
 
@@ -23,15 +23,16 @@ def _open(run_id: str, params: Any) -> Any:
     if not params.endpoint:
         raise ValueError("rallypoint-file needs --rdzv-endpoint DIR (a directory every node can reach)")
     raw = {"path": params.endpoint}
-    poll = params.get("poll_interval")
-    if poll is not None:
-        raw["poll_interval"] = poll
+    for name in ("poll_interval", "group"):
+        value = params.get(name)
+        if value is not None:
+            raw[name] = value
     try:
         opts = FileOptions.model_validate(raw)
     except ValidationError as exc:
         problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
         raise ValueError(f"rallypoint-file: invalid --rdzv-endpoint/--rdzv-conf: {problems}") from None
-    return FileBackend(opts.path, run_id, poll_interval=opts.poll_interval)
+    return FileBackend(opts.path, run_id, poll_interval=opts.poll_interval, group=opts.group)
 
 
 def torchrun_creator() -> Callable[[Any], Any]:
