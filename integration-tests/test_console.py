@@ -1,0 +1,85 @@
+"""A console nobody reads never stalls the job, and the log files stay complete (issue #11, item 6)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+RALLYPOINT = [sys.executable, "-c", "from rallypoint.core.cli import entrypoint; entrypoint()"]
+LINES = 200_000  # 100 bytes each: 20 MB
+
+#: argv: <done marker> <exit|crash>; writes LINES numbered lines to stdout, then the marker.
+CHATTY = f"""
+import os, signal, sys, time
+lines = [b"line %08d " % i + b"x" * 82 + b"\\n" for i in range({LINES})]
+for start in range(0, len(lines), 10_000):
+    sys.stdout.buffer.write(b"".join(lines[start:start + 10_000]))
+sys.stdout.flush()
+open(sys.argv[1], "w").close()
+if sys.argv[2] == "crash":
+    time.sleep(0.5)
+    os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def expected() -> bytes:
+    return b"".join(b"line %08d " % i + b"x" * 82 + b"\n" for i in range(LINES))
+
+
+@pytest.mark.parametrize("end", ["exit", "crash"])
+def test_a_console_nobody_reads_neither_stalls_the_worker_nor_loses_log_lines(tmp_path: Path, end: str) -> None:
+    chatty = tmp_path / "chatty.py"
+    chatty.write_text(textwrap.dedent(CHATTY))
+    done = tmp_path / "done"
+    run_id = f"console-{end}"
+    agent = subprocess.Popen(
+        [
+            *RALLYPOINT,
+            "run",
+            "--nproc-per-node",
+            "1",
+            "--max-restarts",
+            "0",
+            "--run-id",
+            run_id,
+            str(chatty),
+            str(done),
+            end,
+        ],
+        cwd=tmp_path,
+        env={k: v for k, v in os.environ.items() if not k.startswith("RALLYPOINT_")},
+        stdout=subprocess.PIPE,  # not read until the worker is done: a stalled console
+        stderr=subprocess.PIPE,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not done.exists():
+            assert agent.poll() is None, "the agent ended early"
+            assert time.monotonic() < deadline, "the worker was stalled by the unread console"
+            time.sleep(0.05)
+        log = tmp_path / "runs" / run_id / "attempt_0" / "rank_0.log"
+        deadline = time.monotonic() + 60
+        while not (log.exists() and log.stat().st_size == len(expected())):
+            assert time.monotonic() < deadline, "the log file never got all the worker wrote"
+            time.sleep(0.05)
+        out, err = agent.communicate(timeout=120)  # now the console is read
+    finally:
+        agent.kill()
+        agent.communicate()
+    assert log.read_bytes() == expected()
+    assert agent.returncode == (0 if end == "exit" else 1), err.decode()
+    text = out.decode()
+    shown = sum(1 for line in text.splitlines() if re.match(r"\[[^\]]+:0\] line \d{8} x+$", line))
+    notices = re.findall(
+        r"\[rallypoint\] console fell behind: (\d+) lines from rank 0 not shown \(complete in (.+)\)", text
+    )
+    assert notices, "no drop notice on the console"
+    assert {(tmp_path / where).resolve() for _, where in notices} == {log.resolve()}  # relative to the agent's cwd
+    assert shown + sum(int(n) for n, _ in notices) == LINES
