@@ -325,3 +325,17 @@ def test_a_worker_killed_while_the_console_is_stuck_leaves_a_complete_log(tmp_pa
         group.stop(grace=0)
         logs.close(timeout=60)
     assert_console_accounts_for_every_line(console.read_all(), path)
+
+
+def test_a_stuck_stdout_does_not_hold_up_worker_stderr_on_the_console(tmp_path):
+    console, err = StuckConsole(), Console()
+    logs = WorkerLogs(tmp_path, host="h", tee="all", console_out=console.stream, console_err=err)
+    group = WorkerGroup(logs=logs)
+    group.start([WorkerSpec(0, chatty_worker(tmp_path / "done", then="print('after', file=sys.stderr)"))])
+    try:
+        wait_until(lambda: "[h:0] after\n" in err.text(), "the stderr line reached its console")
+    finally:
+        console.start_reading()
+        group.stop(grace=0)
+        logs.close(timeout=60)
+    console.read_all()

@@ -112,13 +112,14 @@ class Sentinel:
         read_fd, write_fd = os.pipe()  # both close-on-exec: no worker inherits the write end
         try:
             self._process = subprocess.Popen(
-                [sys.executable, "-I", "-S", os.path.abspath(__file__)],
+                [sys.executable or "python3", "-I", "-S", os.path.abspath(__file__)],
                 stdin=read_fd,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
+                cwd="/",  # pins no directory of the job
                 start_new_session=True,
             )
-        except OSError as err:
+        except (OSError, ValueError) as err:
             os.close(write_fd)
             print(f"rallypoint: cannot start the worker sentinel ({err}); processes started by workers "
                   "may outlive an agent killed with SIGKILL", file=sys.stderr)  # fmt: skip
