@@ -8,10 +8,18 @@ the configured strategy), start the workers, then monitor them. Exits are seen a
   then the rendezvous is closed and the agent exits 0;
 * a local worker failed: its failure is published to the rendezvous store, the other local
   workers are stopped, and the job restarts if the job-wide budget allows; otherwise the
-  rendezvous is closed and the agent prints one root-cause report gathered from every node;
+  rendezvous is closed *as failed* and the agent prints one root-cause report gathered from
+  every node;
+* the job was closed as failed by another node: the workers are stopped and the agent prints
+  the same report and exits 1, like the node that closed it;
 * the round is over (a peer failed, left or died) or nodes are waiting: the workers are
   stopped and the agent re-rendezvouses, without spending the restart budget;
+* this node's rendezvous heartbeat keeps failing: the workers are stopped and the agent exits 1
+  naming the error (its peers take it for dead);
 * SIGTERM/SIGINT/SIGHUP: forwarded to the workers, which get ``grace`` seconds before SIGKILL.
+
+A run id is used once: a node that finds its run already closed, or a different job under
+it, is refused by the rendezvous and starts no worker (exit 2).
 
 The restart budget is counted for the whole job in the rendezvous store, so
 ``TORCHELASTIC_RESTART_COUNT`` is the same on every node.
@@ -31,7 +39,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from pydantic import BaseModel
 
@@ -42,6 +50,7 @@ from rallypoint.agent.ranks import RankAssignment, RankNode, RankStrategy, Worke
 from rallypoint.agent.records import RankStrategyRecord
 from rallypoint.agent.report import FailureReport, WorkerFailure, failures_from_store
 from rallypoint.agent.waiting import waiting_line
+from rallypoint.agent.watchdog import WatchdogExpiry, WatchdogServer
 from rallypoint.agent.workers import WorkerExit, WorkerGroup, WorkerSpec
 from rallypoint.core.errors import RallypointError
 from rallypoint.core.records import BackendRecord
@@ -73,53 +82,19 @@ class Outcome(Enum):
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     MEMBERSHIP = "membership"
+    CLOSED = "closed"  # another node closed the job as failed
 
 
-class AgentSignal(Exception):
-    """Raised in the agent's main thread when it receives a termination signal."""
+class AgentSignal(BaseException):
+    """Raised in the agent's main thread when it receives a termination signal.
+
+    A ``BaseException``, like ``KeyboardInterrupt``: code that catches ``Exception`` (a rank
+    strategy, a backend) must not turn a signal into an error of its own.
+    """
 
     def __init__(self, signum: int) -> None:
         self.signum = signum
         super().__init__(signal.Signals(signum).name)
-
-
-class WatchdogExpiry(Protocol):
-    """What the agent reads of an expired watchdog timer (``rallypoint.timer``'s ``Expiry``)."""
-
-    @property
-    def pid(self) -> int:
-        """The worker process that held the timer."""
-
-    @property
-    def scope(self) -> str:
-        """The timer's scope name."""
-
-    @property
-    def deadline(self) -> float:
-        """When it expired (seconds since the epoch)."""
-
-    @property
-    def acquired_at(self) -> float:
-        """When it was acquired (``nan`` when unknown)."""
-
-    def describe(self) -> str:
-        """One line for people."""
-
-
-class WatchdogServer(Protocol):
-    """The agent-side watchdog a timer backend's ``start_server(run_dir, options)`` returns."""
-
-    def worker_env(self, rank: int) -> Mapping[str, str]:
-        """Variables that connect worker ``rank`` to this server."""
-
-    def register_worker(self, pid: int, rank: int) -> None:
-        """Tell the server which rank a worker process runs."""
-
-    def set_expiry_handler(self, callback: Callable[[WatchdogExpiry], None] | None) -> None:
-        """Call ``callback`` with each timer that expires."""
-
-    def stop(self) -> None:
-        """Stop serving."""
 
 
 @dataclass(frozen=True)
@@ -222,55 +197,79 @@ class ElasticAgent:
 
     # -- main loop ---------------------------------------------------------------------------
     def run(self) -> AgentResult:
-        """Run the job on this node until it succeeds, fails or a signal stops it."""
-        from rallypoint.rendezvous.errors import RendezvousClosedError
+        """Run the job on this node until it succeeds, fails or a signal stops it.
+
+        Raises:
+            RendezvousFinishedError: the run id belongs to a job that already ended.
+            RendezvousJobMismatchError: a different job uses the run id.
+            RallypointError: another node ended the job with an error (e.g. rank assignment).
+        """
+        from rallypoint.rendezvous.errors import RendezvousHeartbeatError
 
         restore = self._install_signal_handlers()
-        close = False
         try:
             self._start_watchdog()
-            while True:
-                try:
-                    with waiting_line(self.handler, self.console or sys.stderr):
-                        result = self.handler.next_rendezvous()
-                except RendezvousClosedError:
-                    return self._after_close()
-                self.rounds += 1
-                restarts = self._restarts()
-                try:
-                    assignment = self._assign(result)
-                except RallypointError as exc:
-                    # Every node computes the same assignment, so every node fails the same way:
-                    # end the job for all of them instead of leaving them waiting for this one.
-                    self.backend.set(
-                        ABORT_KEY, {"node": self.handler.node_id, "error": str(exc), "exit_code": exc.exit_code}
-                    )
-                    close = True
-                    raise
-                outcome, failures = self._run_attempt(result, assignment, restarts)
-                if outcome is Outcome.SUCCEEDED:
-                    if self._exit_barrier(result):
-                        close = True
-                        self.say(f"job {self.settings.run_id!r} succeeded")
-                        return AgentResult(0, rounds=self.rounds, restarts=restarts)
-                    continue  # a peer restarted the round while we waited: run again
-                if outcome is Outcome.FAILED:
-                    self._publish(failures)
-                    if not self._may_restart(result, failures):
-                        close = True
-                        return self._fail(restarts)
-                    continue
-                self.say(f"round {result.round} is over (membership changed); re-rendezvous")
+            return self._loop()
         except AgentSignal as sig:
             return AgentResult(128 + sig.signum, rounds=self.rounds)
+        except RendezvousHeartbeatError as exc:
+            self.say(f"this node fails, its workers were stopped: {exc}")
+            return AgentResult(1, rounds=self.rounds)
         finally:
             if self._group is not None:
                 self._group.stop(grace=self.settings.stop_grace)
             with contextlib.suppress(Exception):
-                self.handler.shutdown(close=close)
+                self.handler.shutdown()
             if self._watchdog is not None:
                 self._watchdog.stop()
             restore()
+
+    def _loop(self) -> AgentResult:
+        from rallypoint.rendezvous.errors import RendezvousClosedError, RendezvousFinishedError
+
+        while True:
+            try:
+                with waiting_line(self.handler, self.console or sys.stderr):
+                    result = self.handler.next_rendezvous()
+            except RendezvousFinishedError:
+                raise  # the run had ended before this node came: refused, no worker started
+            except RendezvousClosedError:
+                return self._after_close()
+            self.rounds += 1
+            restarts = self._restarts()
+            outcome, failures = self._run_attempt(result, self._assign_or_abort(result), restarts)
+            if outcome is Outcome.SUCCEEDED:
+                outcome = self._exit_barrier(result)
+                if outcome is Outcome.SUCCEEDED:
+                    self._close(f"job succeeded (closed by node {self.handler.node_id!r})")
+                    self.say(f"job {self.settings.run_id!r} succeeded")
+                    return AgentResult(0, rounds=self.rounds, restarts=restarts)
+            if outcome is Outcome.CLOSED:
+                return self._after_close()
+            if outcome is Outcome.FAILED:
+                self._publish(failures)
+                if not self._may_restart(result, failures):
+                    return self._fail(restarts, close=True)
+                continue
+            if outcome is Outcome.MEMBERSHIP:
+                self.say(f"round {result.round} is over (membership changed); re-rendezvous")
+
+    def _assign_or_abort(self, result: RendezvousResult) -> RankAssignment:
+        try:
+            return self._assign(result)
+        except RallypointError as exc:
+            # Every node computes the same assignment, so every node fails the same way:
+            # end the job for all of them instead of leaving them waiting for this one.
+            self.backend.set(ABORT_KEY, {"node": self.handler.node_id, "error": str(exc), "exit_code": exc.exit_code})
+            self._close(f"node {self.handler.node_id!r} could not assign ranks", failed=True)
+            raise
+
+    def _close(self, reason: str, *, failed: bool = False) -> None:
+        """Close the rendezvous for every node, saying why (and whether the job failed)."""
+        try:
+            self.handler.set_closed(reason, failed=failed)
+        except Exception as exc:  # noqa: BLE001 - the outcome here stands; the others must be told
+            self.say(f"could not close the rendezvous ({type(exc).__name__}: {exc}); other nodes may not notice")
 
     # -- one attempt ---------------------------------------------------------------------------
     def _assign(self, result: RendezvousResult) -> RankAssignment:
@@ -293,16 +292,11 @@ class ElasticAgent:
             strategy = DefaultStrategy()
         return compute_assignment(strategy, nodes, self.settings.strategy_options)
 
-    def _run_attempt(
-        self, result: RendezvousResult, assignment: RankAssignment, restarts: int
-    ) -> tuple[Outcome, list[WorkerFailure]]:
-        node_id = result.node.node_id
-        mine = assignment.for_node(node_id)
-        # published with this node's next join, so that strategies can keep its ranks stable
-        self.handler.update_node(previous_rank=min(w.rank for w in mine))
-        attempt_dir = self.settings.log_dir / f"attempt_{restarts}"
-        attempt_dir.mkdir(parents=True, exist_ok=True)
-        logs = WorkerLogs(self.settings.log_dir, restarts, host=self.host, tee=self.settings.tee)
+    def _worker_specs(
+        self, result: RendezvousResult, assignment: RankAssignment, restarts: int, attempt_dir: Path
+    ) -> tuple[list[WorkerSpec], dict[int, WorkerRanks], str]:
+        """The specs of this node's workers (sorted by rank), their ranks, and the store's ``addr:port``."""
+        mine = assignment.for_node(result.node.node_id)
         # worker rank 0 serves torch's env:// store: every worker connects to the node that holds it,
         # wherever the rank strategy put it (not necessarily group rank 0)
         store = result.store_on(assignment.workers[0].node_id)
@@ -332,18 +326,28 @@ class ElasticAgent:
             with contextlib.suppress(FileNotFoundError):
                 ctx.error_file.unlink()
             specs.append(WorkerSpec(rank=w.rank, argv=list(self.settings.argv), env=env, cwd=self.settings.cwd))
-        contexts = {w.rank: w for w in mine}
+        specs.sort(key=lambda spec: spec.rank)
+        return specs, {w.rank: w for w in mine}, f"{store.master_addr}:{store.master_port}"
+
+    def _run_attempt(
+        self, result: RendezvousResult, assignment: RankAssignment, restarts: int
+    ) -> tuple[Outcome, list[WorkerFailure]]:
+        node_id = result.node.node_id
+        # published with this node's next join, so that strategies can keep its ranks stable
+        self.handler.update_node(previous_rank=min(w.rank for w in assignment.for_node(node_id)))
+        attempt_dir = self.settings.log_dir / f"attempt_{restarts}"
+        attempt_dir.mkdir(parents=True, exist_ok=True)
+        logs = WorkerLogs(self.settings.log_dir, restarts, host=self.host, tee=self.settings.tee)
+        specs, contexts, store = self._worker_specs(result, assignment, restarts, attempt_dir)
         self.say(
             f"round {result.round}, attempt {restarts}: {result.num_nodes} node(s), {assignment.world_size} "
-            f"worker(s); group rank {result.group_rank} runs ranks {[w.rank for w in mine]}; "
-            f"store {store.master_addr}:{store.master_port}"
+            f"worker(s); group rank {result.group_rank} runs ranks {sorted(contexts)}; store {store}"
         )
         group = WorkerGroup(logs=logs)
         self._group = group
         # Worker rank 0 serves the env:// store. torch's clients back off for about half a second
         # when they find no server yet, so the store's worker starts a moment before the others.
-        head_start = self.settings.store_head_start if any(w.rank == 0 for w in mine) and len(specs) > 1 else 0.0
-        specs.sort(key=lambda spec: spec.rank)
+        head_start = self.settings.store_head_start if 0 in contexts and len(specs) > 1 else 0.0
         group.start(specs, head_start=head_start)
         if self._watchdog is not None:
             for rank, pid in group.pids.items():
@@ -370,6 +374,10 @@ class ElasticAgent:
             group.stop(grace=self.settings.stop_grace, sig=sig.signum)
             logs.close()
             raise
+        except BaseException:
+            group.stop(grace=self.settings.stop_grace)  # e.g. this node's heartbeat failed
+            logs.close()
+            raise
         finally:
             self._group = None
 
@@ -384,7 +392,12 @@ class ElasticAgent:
                 if len(group.exits) == total and all(e.ok for e in group.exits.values()):
                     return Outcome.SUCCEEDED, None
                 continue
-            if self.handler.num_nodes_waiting() > 0:
+            # one read per interval: closed as failed by another node, or nodes waiting / round over
+            # (a job closed as succeeded lets the workers here finish: the exit barrier waits for them)
+            status = self.handler.round_status()
+            if status.closed and status.failed:
+                return Outcome.CLOSED, None
+            if status.waiting > 0:
                 return Outcome.MEMBERSHIP, None
 
     def _failure(
@@ -451,24 +464,32 @@ class ElasticAgent:
         self.say(f"restarting the job ({count} of {self.settings.max_restarts} restart(s) used)")
         return True
 
-    def _exit_barrier(self, result: RendezvousResult) -> bool:
-        """Wait until every node's workers finished; ``False`` if the round restarted meanwhile."""
+    def _exit_barrier(self, result: RendezvousResult) -> Outcome:
+        """Wait until every node's workers finished.
+
+        Returns:
+            ``SUCCEEDED`` when they did (or the barrier timed out), ``MEMBERSHIP`` when the round
+            restarted meanwhile, ``CLOSED`` when another node closed the job as failed.
+        """
         key = _done_key(result.round)
         self.backend.add(key, 1)
         deadline = time.monotonic() + self.settings.exit_barrier_timeout
         while True:
             entry = self.backend.get(key)
             if entry is not None and int(entry.value) >= result.num_nodes:
-                return True
-            if self.handler.round_is_over() and not self.handler.is_closed():
-                return False
+                return Outcome.SUCCEEDED
+            status = self.handler.round_status()
+            if status.closed and status.failed:
+                return Outcome.CLOSED
+            if not status.closed and self.handler.round_is_over():
+                return Outcome.MEMBERSHIP
             left = deadline - time.monotonic()
             if left <= 0:
                 self.say(
                     f"exit barrier: {int(entry.value) if entry else 0} of {result.num_nodes} node(s) finished "
                     f"within {self.settings.exit_barrier_timeout:g}s; exiting anyway"
                 )
-                return True
+                return Outcome.SUCCEEDED
             self.backend.watch(key, version=entry.version if entry else None, timeout=min(left, 0.5))
 
     def _gather_report(self, restarts: int) -> FailureReport:
@@ -478,14 +499,34 @@ class ElasticAgent:
             self.settings.run_id, failures, restarts=restarts, max_restarts=self.settings.max_restarts
         )
 
-    def _fail(self, restarts: int) -> AgentResult:
+    def _fail(self, restarts: int, *, close: bool = False, closed_by: str | None = None) -> AgentResult:
+        """Print (and save) the job's root-cause report; exit 1.
+
+        Args:
+            restarts: restarts the job used.
+            close: this node decided the job failed: close the rendezvous as failed first, so
+                that every other node stops its workers and prints the same report.
+            closed_by: why another node closed the job (printed after the report).
+        """
+        if close:
+            self._close(
+                f"job failed after {restarts} of {self.settings.max_restarts} restart(s) "
+                f"(closed by node {self.handler.node_id!r})",
+                failed=True,
+            )
         report = self._gather_report(restarts)
         saved = report.save(self.settings.log_dir / "failure.json")  # never raises: the console report comes first
-        self.say("job failed\n" + report.format() + f"\n\n{saved}")
+        tail = f"\n{closed_by}; this node's workers were stopped" if closed_by else ""
+        self.say("job failed\n" + report.format() + f"\n\n{saved}" + tail)
         return AgentResult(1, report, rounds=self.rounds, restarts=restarts)
 
     def _after_close(self) -> AgentResult:
-        """The rendezvous was closed by another node: the job is over."""
+        """Another node closed the job: this node ends the way the job did.
+
+        Closed as failed: the same root-cause report, exit 1 (the error of an aborting node is
+        raised). Closed as succeeded: exit 0 only for a node that never got a place in the job
+        (it waited while the others finished); a member whose workers had not finished exits 1.
+        """
         restarts = self._restarts()
         abort = self.backend.get(ABORT_KEY)
         if abort is not None:
@@ -493,11 +534,18 @@ class ElasticAgent:
             error = RallypointError(f"node {value.get('node')!r} ended the job: {value.get('error')}")
             error.exit_code = int(value.get("exit_code") or 1)
             raise error
-        report = self._gather_report(restarts)
-        if report.failures:
-            return self._fail(restarts)
-        self.say("the job was closed by another node")
-        return AgentResult(0, rounds=self.rounds, restarts=restarts)
+        status = self.handler.round_status()
+        reason = status.reason or "closed by another node"
+        if status.failed:
+            return self._fail(restarts, closed_by=reason)
+        if self.rounds == 0:
+            self.say(
+                f"job {self.settings.run_id!r} ended ({reason}) while this node waited for a place in it; "
+                "no worker ran here"
+            )
+            return AgentResult(0, rounds=self.rounds, restarts=restarts)
+        self.say(f"job {self.settings.run_id!r} was closed ({reason}) before this node's workers finished")
+        return AgentResult(1, rounds=self.rounds, restarts=restarts)
 
     # -- watchdog ------------------------------------------------------------------------------
     def _start_watchdog(self) -> None:

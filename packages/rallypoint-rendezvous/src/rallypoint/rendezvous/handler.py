@@ -460,8 +460,8 @@ class RendezvousHandler:
                     log.warning("node %r: heartbeat failed (%s: %s); retrying", self.node_id, type(exc).__name__, exc)
                 elapsed = now - failing_since
                 if attempts >= HEARTBEAT_ATTEMPTS and elapsed >= self.timeouts.heartbeat_timeout:
+                    # the agent (or the caller) reports it: every later call raises it
                     self._failure = RendezvousHeartbeatError(self.node_id, self.run_id, attempts, elapsed, exc)
-                    log.error("%s", self._failure)
                     return
                 continue
             failing_since, attempts = None, 0
