@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from test_run import RALLYPOINT, agent_env, alive, file_job, script
+from test_run import MEMBERSHIP, RALLYPOINT, agent_env, alive, file_job, script
 
 MARK = """
 import os, sys
@@ -203,3 +203,39 @@ def test_a_node_whose_rendezvous_cannot_be_written_fails_and_stops_its_workers(t
     if damage == "heartbeats unwritable":
         assert "node 'nobeat-node' could not write its heartbeat to the rendezvous of run 'nobeat'" in err
         assert "this node fails, its workers were stopped" in err
+
+
+def test_a_restarted_agent_of_a_running_job_joins_it_again(tmp_path: Path) -> None:
+    """The run id guard lets the same job's node back in: same node id, same command line."""
+    body = script(tmp_path, "member.py", MEMBERSHIP)
+    common = file_job(
+        tmp_path,
+        "again",
+        "2",
+        "--nproc-per-node",
+        "1",
+        "--set",
+        "rendezvous.heartbeat_interval=0.25s",
+        "--set",
+        "rendezvous.heartbeat_timeout=1.5s",
+    )
+    a = _spawn([*common, "--node-id", "a", str(body), str(tmp_path)], tmp_path)
+    b = _spawn([*common, "--node-id", "b", str(body), str(tmp_path)], tmp_path)
+    restarted = None
+    try:
+        deadline = time.monotonic() + 60
+        while len(list(tmp_path.glob("r0.rank*"))) < 2:
+            assert time.monotonic() < deadline, "round 0 did not start two workers"
+            time.sleep(0.05)
+        b.kill()  # a scheduler restarts node b's agent
+        b.wait(timeout=30)
+        restarted = _spawn([*common, "--node-id", "b", str(body), str(tmp_path)], tmp_path)
+        results = [p.communicate(timeout=120) for p in (a, restarted)]
+    finally:
+        for p in (a, b, restarted):
+            if p is not None:
+                p.kill()
+    assert [a.returncode, restarted.returncode] == [0, 0], results
+    later = sorted(p.name.split(".")[1] for p in tmp_path.glob("r*.rank*") if not p.name.startswith("r0."))
+    assert later == ["rank0", "rank1"]
+    assert "job 'again' succeeded" in results[1][1]
