@@ -1,5 +1,39 @@
-"""rallypoint hooks of the grpc plugin.
+"""rallypoint hooks of the grpc plugin: the ``grpc`` rendezvous backend and ``rallypoint rdzv``.
 
-The plugin is installed and registered through the `rallypoint` entry point; the records it
-registers are added here as their implementations land.
+Nothing heavy is imported here (no grpc): the backend and server modules load only when the
+backend is selected or the command runs.
 """
+
+from __future__ import annotations
+
+from rallypoint.core.plugins import hookimpl
+from rallypoint.core.records import CliCommand
+from rallypoint.rendezvous.records import RendezvousBackendRecord
+
+
+@hookimpl
+def rallypoint_rendezvous_backends() -> list[RendezvousBackendRecord]:
+    """The ``grpc`` backend: a rendezvous server that any agent can host, or a standalone one."""
+    from rallypoint_grpc.options import GrpcOptions
+
+    return [
+        RendezvousBackendRecord(
+            name="grpc",
+            summary="gRPC server (agent-hosted or `rallypoint rdzv serve`), streaming watches",
+            factory="rallypoint_grpc.backend:create_grpc_backend",
+            options_model=GrpcOptions,
+            endpoint_option="endpoint",
+        )
+    ]
+
+
+@hookimpl
+def rallypoint_cli_commands() -> list[CliCommand]:
+    """``rallypoint rdzv serve``."""
+    return [
+        CliCommand(
+            name="rdzv",
+            summary="Run a standalone gRPC rendezvous server (rdzv serve).",
+            command="rallypoint_grpc.cli:rdzv",
+        )
+    ]

@@ -1,0 +1,322 @@
+"""The ``grpc`` rendezvous backend: a client of the rendezvous server (and, agent-hosted, its host).
+
+:class:`GrpcBackend` implements :class:`~rallypoint.rendezvous.backend.RendezvousBackend` over
+one channel per process (:func:`rallypoint_grpc.transport.get_channel`). Every call has a
+deadline (``call_timeout``); a server that cannot be reached is retried with exponential backoff
+for ``retry_timeout`` (writes carry a request id, so a retried write is applied once), then the
+call raises :class:`~rallypoint.rendezvous.errors.RendezvousBackendError` naming the endpoint.
+Watches hold one server-side stream each; nothing polls.
+
+Agent-hosted mode (:func:`create_grpc_backend` with ``serve = "auto"``): when the endpoint's
+address belongs to this host and its port is free, this process starts the server on that
+address (that interface only) before connecting to it; the other agents connect.
+"""
+
+from __future__ import annotations
+
+import atexit
+import errno
+import json
+import logging
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import grpc
+
+from rallypoint.rendezvous.backend import Entry, JSONValue, Version, check_key
+from rallypoint.rendezvous.errors import RendezvousBackendError
+from rallypoint_grpc._proto import rendezvous_pb2 as pb
+from rallypoint_grpc._proto import rendezvous_pb2_grpc as pb_grpc
+from rallypoint_grpc.options import GrpcOptions, parse_endpoint
+from rallypoint_grpc.transport import (
+    DEFAULT_MAX_MESSAGE_BYTES,
+    Backoff,
+    TlsFiles,
+    get_channel,
+    read_token,
+    token_metadata,
+)
+
+__all__ = ["GrpcBackend", "create_grpc_backend", "host_server"]
+
+log = logging.getLogger(__name__)
+
+
+def _dump(value: JSONValue) -> str:
+    try:
+        return json.dumps(value, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"rendezvous values must be JSON values, got {type(value).__name__}: {exc}") from exc
+
+
+def _entry(reply: Any) -> Entry | None:
+    if not reply.HasField("entry"):
+        return None
+    return Entry(json.loads(reply.entry.value), reply.entry.version)
+
+
+class GrpcBackend:
+    """A client of the rendezvous server at ``endpoint``, scoped to ``run_id``.
+
+    Args:
+        endpoint: ``HOST:PORT`` of the server.
+        run_id: the run id (one key segment).
+        token: the shared token, when the server requires one.
+        tls: TLS files (``None``: plain TCP).
+        call_timeout: deadline of each call, in seconds.
+        retry_timeout: how long an unreachable server is retried before raising.
+        max_message_bytes: largest request or reply.
+    """
+
+    supports_ttl = True
+
+    def __init__(
+        self,
+        endpoint: str,
+        run_id: str,
+        *,
+        token: str | None = None,
+        tls: TlsFiles | None = None,
+        call_timeout: float = 10.0,
+        retry_timeout: float = 5.0,
+        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+    ) -> None:
+        check_key(run_id)
+        if "/" in run_id:
+            raise ValueError(f"invalid run_id {run_id!r} for the grpc rendezvous backend: no '/' allowed")
+        self.endpoint = endpoint
+        self.run_id = run_id
+        self.call_timeout = call_timeout
+        self.retry_timeout = retry_timeout
+        self._metadata = token_metadata(token)
+        self._tls = tls
+        self._max = max_message_bytes
+
+    @property
+    def _stub(self) -> Any:
+        # Looked up on each call: the channel cache is per process, so a forked child gets its own.
+        channel = get_channel(self.endpoint, self._tls, max_message_bytes=self._max)
+        return pb_grpc.RendezvousStub(channel)  # type: ignore[no-untyped-call]
+
+    # -- calls ----------------------------------------------------------------------------
+    def _error(self, op: str, exc: grpc.RpcError) -> Exception:
+        code, details = exc.code(), exc.details()
+        where = f"rendezvous server {self.endpoint} (run {self.run_id!r}, {op})"
+        if code == grpc.StatusCode.INVALID_ARGUMENT:
+            return ValueError(f"{where} refused the request: {details}")
+        if code == grpc.StatusCode.FAILED_PRECONDITION:
+            return TypeError(f"{where}: {details}")
+        if code == grpc.StatusCode.UNAUTHENTICATED:
+            return RendezvousBackendError(
+                f"{where} refused the call: {details}. Give every node the server's token "
+                f"([rendezvous.options] token_file or token_env)"
+            )
+        if code == grpc.StatusCode.UNAVAILABLE:
+            return RendezvousBackendError(
+                f"{where} unreachable for {self.retry_timeout:g} s ({details}); is the server (or the agent that "
+                f"hosts it) running, and is the address reachable from this host?"
+            )
+        if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+            return RendezvousBackendError(f"{where} did not answer within {self.call_timeout:g} s (call_timeout)")
+        return RendezvousBackendError(f"{where} failed: {code.name}: {details}")
+
+    def _call(self, op: str, request: Any) -> Any:
+        """Call ``op`` with a deadline; retry while the server is unavailable."""
+        backoff: Backoff | None = None
+        while True:
+            try:
+                return getattr(self._stub, op)(request, timeout=self.call_timeout, metadata=self._metadata)
+            except grpc.RpcError as exc:
+                if exc.code() == grpc.StatusCode.UNAVAILABLE:
+                    backoff = backoff or Backoff(self.retry_timeout)
+                    if backoff.wait():
+                        continue
+                raise self._error(op, exc) from None
+
+    # -- protocol -------------------------------------------------------------------------
+    def get(self, key: str) -> Entry | None:
+        """See :meth:`RendezvousBackend.get`."""
+        return _entry(self._call("Get", pb.GetRequest(space=self.run_id, key=check_key(key))))
+
+    def set(self, key: str, value: JSONValue, *, ttl: float | None = None) -> Version:
+        """See :meth:`RendezvousBackend.set`."""
+        request = pb.SetRequest(
+            space=self.run_id, key=check_key(key), value=_dump(value), ttl=ttl, request_id=uuid.uuid4().hex
+        )
+        return int(self._call("Set", request).version)
+
+    def compare_and_set(
+        self, key: str, value: JSONValue, *, version: Version | None, ttl: float | None = None
+    ) -> tuple[bool, Entry | None]:
+        """See :meth:`RendezvousBackend.compare_and_set`."""
+        request = pb.CompareAndSetRequest(
+            space=self.run_id,
+            key=check_key(key),
+            value=_dump(value),
+            version=version,
+            ttl=ttl,
+            request_id=uuid.uuid4().hex,
+        )
+        reply = self._call("CompareAndSet", request)
+        return bool(reply.written), _entry(reply)
+
+    def add(self, key: str, amount: int = 1) -> int:
+        """See :meth:`RendezvousBackend.add`."""
+        request = pb.AddRequest(space=self.run_id, key=check_key(key), amount=int(amount), request_id=uuid.uuid4().hex)
+        return int(self._call("Add", request).total)
+
+    def delete(self, key: str, *, version: Version | None = None) -> bool:
+        """See :meth:`RendezvousBackend.delete`."""
+        request = pb.DeleteRequest(space=self.run_id, key=check_key(key), version=version, request_id=uuid.uuid4().hex)
+        return bool(self._call("Delete", request).deleted)
+
+    def list(self, prefix: str) -> dict[str, Entry]:
+        """See :meth:`RendezvousBackend.list`."""
+        reply = self._call("List", pb.ListRequest(space=self.run_id, prefix=check_key(prefix, prefix=True)))
+        return {k: Entry(json.loads(e.value), e.version) for k, e in reply.entries.items()}
+
+    def _watch(self, make: Callable[[float], Any], timeout: float) -> bool:
+        """Hold a watch stream until it reports; re-open it after a lost connection."""
+        deadline = time.monotonic() + max(0.0, timeout)
+        backoff: Backoff | None = None
+        while True:
+            remaining = max(0.0, deadline - time.monotonic())
+            try:
+                stream = self._stub.Watch(
+                    make(remaining), timeout=remaining + self.call_timeout, metadata=self._metadata
+                )
+                for event in stream:
+                    return bool(event.changed)
+                return False
+            except grpc.RpcError as exc:
+                if exc.code() == grpc.StatusCode.UNAVAILABLE:
+                    backoff = backoff or Backoff(self.retry_timeout)
+                    if backoff.wait():
+                        continue
+                raise self._error("Watch", exc) from None
+
+    def watch(self, key: str, *, version: Version | None, timeout: float) -> bool:
+        """See :meth:`RendezvousBackend.watch` (one server-side stream)."""
+        check_key(key)
+        return self._watch(lambda t: pb.WatchRequest(space=self.run_id, key=key, version=version, timeout=t), timeout)
+
+    def watch_prefix(self, prefix: str, *, versions: Mapping[str, Version], timeout: float) -> bool:
+        """See :meth:`RendezvousBackend.watch_prefix` (one server-side stream)."""
+        check_key(prefix, prefix=True)
+        known = dict(versions)
+        return self._watch(
+            lambda t: pb.WatchRequest(space=self.run_id, key=prefix, prefix=True, versions=known, timeout=t),
+            timeout,
+        )
+
+    def close(self) -> None:
+        """The channel is shared by the process and stays open; nothing else is held."""
+
+
+# -- agent-hosted server ----------------------------------------------------------------
+_HOSTED: dict[str, Any] = {}
+_HOSTED_LOCK = threading.Lock()
+
+
+def _local_address(host: str, port: int) -> str | None:
+    """The endpoint's IP address if it belongs to this host and ``port`` is free there, else ``None``."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror:
+        return None
+    family, _, _, _, sockaddr = infos[0]
+    probe = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        probe.bind(sockaddr)
+    except OSError as exc:
+        if exc.errno not in (errno.EADDRNOTAVAIL, errno.EADDRINUSE, errno.EACCES):
+            log.debug("cannot bind %s: %s", sockaddr, exc)
+        return None
+    finally:
+        probe.close()
+    return str(sockaddr[0])
+
+
+def _linger(server: Any, limit: float) -> None:
+    """At exit, keep serving until the other nodes have been quiet for a second (``limit`` at most)."""
+    deadline = time.monotonic() + limit
+    last = -1
+    while time.monotonic() < deadline:
+        calls = server.service.calls if server.service is not None else 0
+        if calls == last:
+            break
+        last = calls
+        time.sleep(1.0)
+    server.stop()
+
+
+def host_server(opts: GrpcOptions, token: str | None) -> Any | None:
+    """Start the server in this process when the endpoint is ours (see the module text).
+
+    Returns the running :class:`~rallypoint_grpc.server.RendezvousServer`, or ``None`` when
+    another process serves (or will: the address is not on this host, or the port is taken).
+    """
+    from rallypoint_grpc.server import RendezvousServer, ServerConfig
+
+    with _HOSTED_LOCK:
+        if opts.endpoint in _HOSTED:
+            return _HOSTED[opts.endpoint]
+        host, port = parse_endpoint(opts.endpoint)
+        address = _local_address(host, port)
+        if address is None:
+            return None
+        tls = None
+        if opts.tls:
+            if opts.tls_cert is None:
+                log.info("not hosting %s: TLS is on but this node has no tls_cert/tls_key", opts.endpoint)
+                return None
+            tls = TlsFiles(cert=opts.tls_cert, key=opts.tls_key, ca=opts.tls_ca if opts.mutual_tls else None)
+        config = ServerConfig(
+            address, port, token=token, tls=tls, data_dir=opts.data_dir, max_message_bytes=opts.max_message_bytes
+        )
+        try:
+            server = RendezvousServer(config).start()
+        except OSError as exc:  # another agent bound it first
+            log.debug("not hosting %s: %s", opts.endpoint, exc)
+            return None
+        log.info("hosting the rendezvous server on %s", server.address)
+        _HOSTED[opts.endpoint] = server
+        atexit.register(_linger, server, opts.linger)
+        return server
+
+
+def _client_tls(opts: GrpcOptions) -> TlsFiles | None:
+    if not opts.tls:
+        return None
+    if opts.mutual_tls:
+        return TlsFiles(cert=opts.tls_cert, key=opts.tls_key, ca=opts.tls_ca, server_name=opts.tls_server_name)
+    return TlsFiles(ca=opts.tls_ca, server_name=opts.tls_server_name)
+
+
+def create_grpc_backend(run_id: str, options: Any) -> GrpcBackend:
+    """Factory of the ``grpc`` backend record: ``(run_id, options) -> backend``.
+
+    With ``serve = "auto"`` this agent hosts the server when the endpoint is its own (see
+    :func:`host_server`).
+    """
+    opts = options if isinstance(options, GrpcOptions) else GrpcOptions.model_validate(dict(options or {}))
+    try:
+        token = read_token(opts.token_file, opts.token_env)
+    except ValueError as exc:
+        raise RendezvousBackendError(f"rendezvous.options: {exc}") from None
+    if opts.serve == "auto":
+        host_server(opts, token)
+    return GrpcBackend(
+        opts.endpoint,
+        run_id,
+        token=token,
+        tls=_client_tls(opts),
+        call_timeout=opts.call_timeout,
+        retry_timeout=opts.retry_timeout,
+        max_message_bytes=opts.max_message_bytes,
+    )

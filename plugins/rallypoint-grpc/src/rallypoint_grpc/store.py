@@ -1,0 +1,373 @@
+"""The server's key-value state: spaces of JSON values, versions, leases, waiters, persistence.
+
+No gRPC here, and no locks: every method runs on the server's event loop thread (the service in
+:mod:`rallypoint_grpc.server` calls them from its coroutines), so each call is atomic. Waiters
+are :class:`asyncio.Event` objects indexed by key (and a short list of prefix waiters), so a write
+wakes exactly the watches it concerns and nothing polls.
+
+Persistence (``data_dir``): every write is appended to ``<data_dir>/rendezvous.log`` as one JSON
+line and flushed (it survives the server process being killed; ``fsync`` is not called, so a power
+loss may drop the last writes). On start the log is replayed, then compacted to the live state.
+Leases (TTLs) run on the server's clock; the log keeps their expiry in wall time, so they keep
+counting while the server is down.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import heapq
+import json
+import os
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from rallypoint.rendezvous.backend import check_key
+
+__all__ = ["Limits", "Store", "StoreError"]
+
+LOG_NAME = "rendezvous.log"
+
+
+class StoreError(Exception):
+    """A request the store refuses. ``code`` is one of ``invalid``, ``precondition``, ``exhausted``."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Bounds that keep the server's memory finite whatever clients send.
+
+    Attributes:
+        max_value_bytes: largest JSON text of one value.
+        max_total_bytes: all keys and values of all spaces together.
+        max_watches: watches held at once (each holds one stream).
+        max_watch_seconds: the longest a single watch call waits (clients re-issue).
+        max_ttl_seconds: the longest lease.
+    """
+
+    max_value_bytes: int = 1 << 20
+    max_total_bytes: int = 512 << 20
+    max_watches: int = 100_000
+    max_watch_seconds: float = 3600.0
+    max_ttl_seconds: float = 365 * 86400.0
+
+
+@dataclass
+class _Item:
+    text: str
+    version: int
+    expiry: float | None  # server monotonic time
+
+
+@dataclass
+class _Space:
+    name: str
+    revision: int = 0
+    data: dict[str, _Item] = field(default_factory=dict)
+    key_waiters: dict[str, set[asyncio.Event]] = field(default_factory=dict)
+    prefix_waiters: list[tuple[str, asyncio.Event]] = field(default_factory=list)
+    leases: list[tuple[float, str, int]] = field(default_factory=list)  # heap of (expiry, key, version)
+
+
+def check_space(space: str) -> str:
+    """A space is a run id: one key segment."""
+    try:
+        check_key(space)
+    except ValueError:
+        raise StoreError("invalid", f"invalid run id {space!r}") from None
+    if "/" in space:
+        raise StoreError("invalid", f"invalid run id {space!r}: no '/' allowed")
+    return space
+
+
+def _check_key(key: str, *, prefix: bool = False) -> str:
+    try:
+        return check_key(key, prefix=prefix)
+    except ValueError as exc:
+        raise StoreError("invalid", str(exc)) from None
+
+
+class Store:
+    """Every space of one server.
+
+    Args:
+        limits: see :class:`Limits`.
+        data_dir: persist to this directory (created if missing); ``None``: memory only.
+        clock: the server's monotonic clock (tests pass a fake one).
+    """
+
+    def __init__(
+        self,
+        limits: Limits | None = None,
+        data_dir: str | os.PathLike[str] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.limits = limits or Limits()
+        self.clock = clock
+        self.spaces: dict[str, _Space] = {}
+        self.total_bytes = 0
+        self.watches = 0
+        self._replies: OrderedDict[str, Any] = OrderedDict()
+        self._log: IO[str] | None = None
+        if data_dir is not None:
+            self._open_log(Path(data_dir))
+
+    # -- persistence ----------------------------------------------------------------------
+    def _open_log(self, directory: Path) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        path = directory / LOG_NAME
+        if path.exists():
+            self._replay(path)
+        tmp = directory / f".{LOG_NAME}.tmp"
+        with tmp.open("w", encoding="utf-8") as out:
+            for name, sp in self.spaces.items():
+                out.write(json.dumps({"op": "rev", "s": name, "v": sp.revision}) + "\n")
+                for key, item in sp.data.items():
+                    out.write(self._put_line(name, key, item) + "\n")
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, path)
+        self._log = path.open("a", encoding="utf-8")
+
+    def _replay(self, path: Path) -> None:
+        now_wall, now = time.time(), self.clock()
+        with path.open(encoding="utf-8") as f:
+            for line in f:
+                try:
+                    rec = json.loads(line)
+                    sp = self.spaces.get(rec["s"]) or self.spaces.setdefault(rec["s"], _Space(rec["s"]))
+                    sp.revision = max(sp.revision, int(rec["v"]))
+                    if rec["op"] == "put":
+                        wall = rec.get("x")
+                        expiry = None if wall is None else now + (float(wall) - now_wall)
+                        self._store(sp, rec["k"], _Item(rec["t"], int(rec["v"]), expiry))
+                    elif rec["op"] == "del":
+                        self._drop(sp, rec["k"])
+                except (ValueError, KeyError, TypeError):
+                    # A line cut short by a crash is the last one: everything before it stands.
+                    break
+        for sp in self.spaces.values():
+            self.expire(sp)
+
+    def _put_line(self, space: str, key: str, item: _Item) -> str:
+        wall = None if item.expiry is None else time.time() + (item.expiry - self.clock())
+        return json.dumps({"op": "put", "s": space, "k": key, "t": item.text, "v": item.version, "x": wall})
+
+    def _append(self, line: str) -> None:
+        if self._log is not None:
+            self._log.write(line + "\n")
+            self._log.flush()
+
+    def close(self) -> None:
+        """Close the log file."""
+        if self._log is not None:
+            with contextlib.suppress(OSError):
+                self._log.close()
+            self._log = None
+
+    # -- internals ------------------------------------------------------------------------
+    def _store(self, sp: _Space, key: str, item: _Item) -> None:
+        old = sp.data.get(key)
+        if old is not None:
+            self.total_bytes -= len(old.text) + len(key)
+        sp.data[key] = item
+        self.total_bytes += len(item.text) + len(key)
+        if item.expiry is not None:
+            heapq.heappush(sp.leases, (item.expiry, key, item.version))
+
+    def _drop(self, sp: _Space, key: str) -> None:
+        old = sp.data.pop(key, None)
+        if old is not None:
+            self.total_bytes -= len(old.text) + len(key)
+
+    def _wake(self, sp: _Space, key: str) -> None:
+        for event in sp.key_waiters.pop(key, ()):
+            event.set()
+        if sp.prefix_waiters:
+            keep = []
+            for prefix, event in sp.prefix_waiters:
+                if key.startswith(prefix):
+                    event.set()
+                else:
+                    keep.append((prefix, event))
+            sp.prefix_waiters = keep
+
+    def space(self, name: str) -> _Space:
+        """The space of run id ``name`` (created on first use), with expired leases removed."""
+        sp = self.spaces.get(name)
+        if sp is None:
+            sp = self.spaces[check_space(name)] = _Space(name)
+        self.expire(sp)
+        return sp
+
+    def expire(self, sp: _Space) -> float | None:
+        """Drop expired leases of ``sp``; return the next expiry (server clock) or ``None``."""
+        now = self.clock()
+        while sp.leases and sp.leases[0][0] <= now:
+            _, key, version = heapq.heappop(sp.leases)
+            item = sp.data.get(key)
+            if item is not None and item.version == version:
+                sp.revision += 1
+                self._drop(sp, key)
+                self._append(json.dumps({"op": "del", "s": sp.name, "k": key, "v": sp.revision}))
+                self._wake(sp, key)
+        return sp.leases[0][0] if sp.leases else None
+
+    def _write(self, name: str, sp: _Space, key: str, text: str, ttl: float | None) -> int:
+        if len(text) > self.limits.max_value_bytes:
+            raise StoreError(
+                "invalid", f"value of {key!r} is {len(text)} bytes; the limit is {self.limits.max_value_bytes}"
+            )
+        old = sp.data.get(key)
+        grow = len(text) + len(key) - (0 if old is None else len(old.text) + len(key))
+        if self.total_bytes + grow > self.limits.max_total_bytes:
+            raise StoreError(
+                "exhausted", f"the server holds {self.total_bytes} bytes; the limit is {self.limits.max_total_bytes}"
+            )
+        expiry = None
+        if ttl is not None:
+            if not 0 < ttl <= self.limits.max_ttl_seconds:
+                raise StoreError("invalid", f"ttl {ttl!r} out of range (0, {self.limits.max_ttl_seconds}]")
+            expiry = self.clock() + ttl
+        sp.revision += 1
+        item = _Item(text, sp.revision, expiry)
+        self._store(sp, key, item)
+        self._append(self._put_line(name, key, item))
+        self._wake(sp, key)
+        return sp.revision
+
+    def _json(self, key: str, text: str) -> str:
+        try:
+            json.loads(text)
+        except ValueError:
+            raise StoreError("invalid", f"value of {key!r} is not JSON text") from None
+        return text
+
+    def _once(self, request_id: str, compute: Callable[[], Any]) -> Any:
+        """Apply a write once per request id: a retried request gets the first reply again."""
+        if not request_id:
+            return compute()
+        if request_id in self._replies:
+            return self._replies[request_id]
+        reply = compute()
+        self._replies[request_id] = reply
+        if len(self._replies) > 65536:
+            self._replies.popitem(last=False)
+        return reply
+
+    # -- operations -----------------------------------------------------------------------
+    def get(self, name: str, key: str) -> tuple[str, int] | None:
+        """``(json text, version)`` of ``key``, or ``None``."""
+        item = self.space(name).data.get(_check_key(key))
+        return None if item is None else (item.text, item.version)
+
+    def set(self, name: str, key: str, text: str, ttl: float | None, request_id: str = "") -> int:
+        """Store ``text`` under ``key``; return the new version."""
+        _check_key(key)
+        sp = self.space(name)
+        return int(self._once(request_id, lambda: self._write(name, sp, key, self._json(key, text), ttl)))
+
+    def compare_and_set(
+        self, name: str, key: str, text: str, version: int | None, ttl: float | None, request_id: str = ""
+    ) -> tuple[bool, tuple[str, int] | None]:
+        """Write only at ``version`` (``None``: absent); ``(written, entry after the call)``."""
+        _check_key(key)
+        sp = self.space(name)
+        self._json(key, text)
+
+        def apply() -> tuple[bool, tuple[str, int] | None]:
+            item = sp.data.get(key)
+            if (None if item is None else item.version) != version:
+                return False, None if item is None else (item.text, item.version)
+            return True, (text, self._write(name, sp, key, text, ttl))
+
+        result: tuple[bool, tuple[str, int] | None] = self._once(request_id, apply)
+        return result
+
+    def add(self, name: str, key: str, amount: int, request_id: str = "") -> int:
+        """Add ``amount`` to the integer under ``key`` (absent: 0); return the sum."""
+        _check_key(key)
+        sp = self.space(name)
+
+        def apply() -> int:
+            item = sp.data.get(key)
+            base = 0 if item is None else json.loads(item.text)
+            if not isinstance(base, int) or isinstance(base, bool):
+                raise StoreError("precondition", f"rendezvous key {key!r} holds {item and item.text!r}, not an integer")
+            total = base + amount
+            if not -(2**63) <= total < 2**63:
+                raise StoreError("invalid", f"adding {amount} to {key!r} overflows a 64-bit integer")
+            self._write(name, sp, key, str(total), None)
+            return total
+
+        return int(self._once(request_id, apply))
+
+    def delete(self, name: str, key: str, version: int | None, request_id: str = "") -> bool:
+        """Delete ``key`` (only at ``version`` when given)."""
+        _check_key(key)
+        sp = self.space(name)
+
+        def apply() -> bool:
+            item = sp.data.get(key)
+            if item is None or (version is not None and item.version != version):
+                return False
+            sp.revision += 1
+            self._drop(sp, key)
+            self._append(json.dumps({"op": "del", "s": name, "k": key, "v": sp.revision}))
+            self._wake(sp, key)
+            return True
+
+        return bool(self._once(request_id, apply))
+
+    def list(self, name: str, prefix: str) -> dict[str, tuple[str, int]]:
+        """Every ``key: (text, version)`` under ``prefix``."""
+        _check_key(prefix, prefix=True)
+        return {k: (i.text, i.version) for k, i in self.space(name).data.items() if k.startswith(prefix)}
+
+    def changed(self, name: str, key: str, prefix: bool, version: int | None, versions: dict[str, int]) -> bool:
+        """Whether the state already differs from what the watcher holds."""
+        _check_key(key, prefix=prefix)
+        sp = self.space(name)
+        if not prefix:
+            item = sp.data.get(key)
+            return (None if item is None else item.version) != version
+        current = {k: i.version for k, i in sp.data.items() if k.startswith(key)}
+        return current != versions
+
+    def arm(self, name: str, key: str, prefix: bool) -> asyncio.Event:
+        """An event set by the next write, delete or expiry of ``key`` (or under the prefix)."""
+        if self.watches >= self.limits.max_watches:
+            raise StoreError(
+                "exhausted", f"the server holds {self.watches} watches; the limit is {self.limits.max_watches}"
+            )
+        sp = self.space(name)
+        event = asyncio.Event()
+        if prefix:
+            sp.prefix_waiters.append((key, event))
+        else:
+            sp.key_waiters.setdefault(key, set()).add(event)
+        self.watches += 1
+        return event
+
+    def disarm(self, name: str, key: str, prefix: bool, event: asyncio.Event) -> None:
+        """Forget a waiter (after it fired or timed out)."""
+        self.watches -= 1
+        sp = self.spaces.get(name)
+        if sp is None:
+            return
+        if prefix:
+            sp.prefix_waiters = [(p, e) for p, e in sp.prefix_waiters if e is not event]
+        else:
+            waiters = sp.key_waiters.get(key)
+            if waiters is not None:
+                waiters.discard(event)
+                if not waiters:
+                    del sp.key_waiters[key]

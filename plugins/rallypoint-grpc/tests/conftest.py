@@ -1,0 +1,66 @@
+"""Fixtures of the grpc plugin's tests: real servers in their own processes."""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+RALLYPOINT = str(Path(sys.executable).with_name("rallypoint"))
+
+
+class ServerProcess:
+    """``rallypoint rdzv serve`` in a child process; ``address`` is what it printed."""
+
+    def __init__(self, *args: str, port: int = 0) -> None:
+        self.args = args
+        self.proc = subprocess.Popen(
+            [RALLYPOINT, "rdzv", "serve", "--host", "127.0.0.1", "--port", str(port), *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        if "serving on" not in line:
+            self.proc.kill()
+            _, err = self.proc.communicate(timeout=30)
+            raise AssertionError(f"rdzv serve did not start: {line!r} {err}")
+        self.address = line.split("serving on ")[1].split()[0]
+        self.port = int(self.address.rsplit(":", 1)[1])
+
+    def kill(self) -> None:
+        """SIGKILL the server and reap it."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.communicate(timeout=30)
+
+    def alive(self) -> bool:
+        """Whether the server process still runs."""
+        return self.proc.poll() is None
+
+
+@pytest.fixture
+def start_server() -> Iterator[type[ServerProcess]]:
+    """A factory of servers, every one killed at the end of the test."""
+    started: list[ServerProcess] = []
+
+    class Tracked(ServerProcess):
+        def __init__(self, *args: str, port: int = 0) -> None:
+            super().__init__(*args, port=port)
+            started.append(self)
+
+    yield Tracked
+    for server in started:
+        server.kill()
+
+
+@pytest.fixture
+def server(start_server: type[ServerProcess]) -> ServerProcess:
+    """One plain server (no token, no TLS)."""
+    return start_server()
