@@ -196,6 +196,21 @@ CASES = [
         sets=('collectives.timeout="400d"',),
     ),
     Case("tee-rank-huge", FILE, TEE, "ranks are below", "[agent]\ntee = [1000000000000]\n"),
+    Case(
+        "store-head-start-set",
+        setting("agent.store_head_start"),
+        "agent.store_head_start",
+        "at most 1m, got 365d",
+        sets=('agent.store_head_start="365d"',),
+    ),
+    Case(
+        "monitor-interval-flag-hour",
+        flag("--monitor-interval"),
+        "agent.monitor_interval",
+        "at most 1m, got 1h",
+        flags=("--monitor-interval", "1h"),
+        check=False,
+    ),
     # what is read is bounded: depth, size, devices, numbers
     Case("deep-inline-table", FILE, "", "nest more than 32 levels", JOB + DEEP_TABLE, whole=True),
     Case("deep-40", FILE, "rendezvous.options.x.a.a", "nest more than 32 levels", DEEP_40),
@@ -265,6 +280,8 @@ CASES = [
     Case("run-id-space", FILE, RUN_ID, RUN_ID_RULE, '[rendezvous]\nrun_id = "a b"\n'),
     Case("run-id-unicode", FILE, RUN_ID, RUN_ID_RULE, '[rendezvous]\nrun_id = "é"\n'),
     Case("run-id-leading-dash", setting(RUN_ID), RUN_ID, RUN_ID_RULE, sets=("rendezvous.run_id=-rf",)),
+    Case("job-name-dotdot-set", setting("job.name"), "job.name", "invalid job name", sets=('job.name="../../x"',)),
+    Case("job-name-slash-file", FILE, "job.name", "part of the run id", 'name = "a/b"\n'),
     # NUL bytes cannot reach a command line or an environment
     Case("nul-env-file", FILE, "job.env.A", NUL, '[job.env]\nA = "x\\u0000y"\n'),
     Case("nul-args-file", FILE, "job.args[1]", NUL, 'args = ["a", "b\\u0000"]\n'),
@@ -349,6 +366,8 @@ CASES = [
         flags=("--rdzv-backend", "nosuch", "--rdzv-endpoint", "x"),
         check=False,
     ),
+    Case("set-empty-key-parts", setting(".."), "..", "no empty parts", sets=("..=1",)),
+    Case("set-below-a-number", setting("nodes.min.x"), "nodes.min", "expected an integer", sets=("nodes.min.x=1",)),
     Case(
         "memory-multi-node-flag",
         flag("--nnodes"),

@@ -15,13 +15,15 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, BeforeValidator, Field, model_validator
 from pydantic_core import PydanticCustomError
 
-from rallypoint.core.config import ConfigSection, Duration, PositiveDuration, Section
+from rallypoint.core.config import ConfigSection, Duration, PositiveDuration, Section, format_duration
 from rallypoint.core.config.sections import cross_field_error
+from rallypoint.rendezvous.config import RUN_ID_RULE, check_run_id
 
 __all__ = [
     "AGENT_SECTIONS",
     "LOG_DIR_FIELDS",
     "MAX_NODES",
+    "MAX_POLL_SECONDS",
     "MAX_NPROC_PER_NODE",
     "MAX_RESTARTS",
     "AgentSection",
@@ -38,6 +40,9 @@ MAX_NODES = 65536
 MAX_NPROC_PER_NODE = 1024
 #: The largest restart budget (``agent.max_restarts``, ``--max-restarts``).
 MAX_RESTARTS = 100_000
+#: The longest ``agent.monitor_interval`` and ``agent.store_head_start``, in seconds: each is a wait
+#: in the agent's loop, and a longer one leaves a finished or failed job unnoticed.
+MAX_POLL_SECONDS = 60.0
 #: The names ``agent.log_dir`` may use: ``{run_id}`` and ``{job}``.
 LOG_DIR_FIELDS = ("run_id", "job")
 _DIGITS = re.compile(r"\s*([0-9]+)\s*")
@@ -132,6 +137,28 @@ def _no_nul(value: str) -> str:
     return value
 
 
+def _poll(seconds: float) -> float:
+    if seconds > MAX_POLL_SECONDS:
+        raise PydanticCustomError(
+            "poll_bound",
+            "at most {bound}, got {value}",
+            {"bound": format_duration(MAX_POLL_SECONDS), "value": format_duration(seconds)},
+        )
+    return seconds
+
+
+def _job_name(value: str) -> str:
+    """A job name becomes part of the generated run id and of the log directory: the run id rules hold."""
+    try:
+        return check_run_id(value)
+    except PydanticCustomError:
+        raise PydanticCustomError(
+            "job_name",
+            "invalid job name {value}: it is part of the run id, and {rule}",
+            {"value": _short(value), "rule": RUN_ID_RULE},
+        ) from None
+
+
 def _env_name(value: str) -> str:
     _no_nul(value)
     if not value or "=" in value:
@@ -178,7 +205,9 @@ _Text = Annotated[str, AfterValidator(_no_nul)]
 class JobSection(Section):
     """``[job]``: what each worker runs."""
 
-    name: _Text | None = Field(default=None, description="Job name; defaults to the job file's stem.")
+    name: Annotated[str, AfterValidator(_job_name)] | None = Field(
+        default=None, description="Job name (run-id characters); defaults to the job file's stem."
+    )
     entrypoint: _Text | None = Field(default=None, description="Script (or executable) each worker runs.")
     module: _Text | None = Field(default=None, description="Python module to run with -m, instead of entrypoint.")
     args: list[_Text] = Field(default_factory=list, description="Arguments passed to every worker.")
@@ -231,13 +260,15 @@ class AgentSection(Section):
     max_restarts: int = Field(
         default=3, ge=0, le=MAX_RESTARTS, description="Restarts for the whole job, not per agent."
     )
-    monitor_interval: PositiveDuration = 0.1
+    monitor_interval: Annotated[PositiveDuration, AfterValidator(_poll)] = Field(
+        default=0.1, description="How often workers and the rendezvous are checked."
+    )
     exit_barrier_timeout: PositiveDuration = 300.0
     log_dir: Annotated[str, AfterValidator(_log_dir)] = Field(
         default="runs/{run_id}", description="Logs, error files and failure.json; {run_id} and {job} are filled in."
     )
     tee: Tee = "all"
-    store_head_start: Duration = Field(
+    store_head_start: Annotated[Duration, AfterValidator(_poll)] = Field(
         default=0.05,
         description="How long worker rank 0 (which serves the env:// store) starts before the others.",
     )

@@ -142,6 +142,10 @@ def _parse_set(values: tuple[str, ...]) -> list[tuple[str, Any, str]]:
         if not sep or not key:
             issues.append(ConfigIssue("--set (command line)", item, "write it as KEY=VALUE, e.g. section.key=4"))
             continue
+        if any(not part.strip() for part in key.split(".")):
+            message = "a key path has no empty parts: write it as section.key, e.g. nodes.min=2"
+            issues.append(ConfigIssue(f"--set {key} (command line)", key, message))
+            continue
         label = f"--set {key} (command line)"
         try:
             out.append((key, parse_value(text), label))

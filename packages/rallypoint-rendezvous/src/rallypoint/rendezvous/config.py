@@ -18,14 +18,22 @@ from rallypoint.core.config import ConfigSection, Duration, PositiveDuration, Se
 from rallypoint.core.config.sections import cross_field_error
 from rallypoint.rendezvous.timeouts import RendezvousTimeouts
 
-__all__ = ["MAX_RUN_ID_LENGTH", "RENDEZVOUS_SECTION", "RUN_ID_PATTERN", "RendezvousSection", "check_run_id"]
+__all__ = [
+    "MAX_RUN_ID_LENGTH",
+    "RENDEZVOUS_SECTION",
+    "RUN_ID_PATTERN",
+    "RUN_ID_RULE",
+    "RendezvousSection",
+    "check_run_id",
+]
 
 #: The longest run id.
 MAX_RUN_ID_LENGTH = 128
 #: A run id: ASCII letters, digits, ``.``, ``_`` and ``-``, starting with a letter or digit. It names
 #: directories (logs, the file backend's state) and keys, so it can hold no ``/`` and cannot be ``..``.
 RUN_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
-_RUN_ID_RULE = (
+#: The run id rule, in words (error messages).
+RUN_ID_RULE = (
     f"a run id is 1 to {MAX_RUN_ID_LENGTH} ASCII letters, digits, '.', '_' or '-', starting with a letter or digit"
 )
 
@@ -43,7 +51,7 @@ def check_run_id(value: str) -> str:
     if len(value) <= MAX_RUN_ID_LENGTH and RUN_ID_PATTERN.fullmatch(value):
         return value
     shown = repr(value) if len(value) <= 60 else repr(value[:57]) + "..."
-    raise PydanticCustomError("run_id", "invalid run id {value}: {rule}", {"value": shown, "rule": _RUN_ID_RULE})
+    raise PydanticCustomError("run_id", "invalid run id {value}: {rule}", {"value": shown, "rule": RUN_ID_RULE})
 
 
 _DEFAULTS = RendezvousTimeouts()

@@ -116,6 +116,9 @@ class LoadedConfig:
             probe = probe[: probe.rindex("[")]
         if probe in self.sources:
             return self.sources[probe]
+        below = [source for k, source in self.sources.items() if k.startswith(probe + ".")]
+        if inherit and below:  # ``a.b.c = 1`` made ``a.b`` a table: whoever set ``a.b.c`` set it
+            return below[-1]
         while inherit and probe:
             probe = probe.rpartition(".")[0]
             while probe.endswith("]") and "[" in probe:
