@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -36,8 +37,21 @@ class WorkerResult:
 
 @dataclass
 class Launch:
+    """What one ``rallypoint run`` did.
+
+    Attributes:
+        workers: each rank's outcome and log.
+        wall: seconds from starting the agent to its exit.
+        returncode: the agent's exit status.
+        stderr: the agent's stderr (its failure report, when the job failed).
+        failure: the job's ``failure.json``, parsed (``None`` when the job succeeded).
+    """
+
     workers: list[WorkerResult]
     wall: float
+    returncode: int = 0
+    stderr: str = ""
+    failure: dict[str, Any] | None = None
 
     def check(self) -> None:
         bad = [w for w in self.workers if w.returncode != 0]
@@ -102,8 +116,9 @@ def launch_workers(
         )
         codes = {rank: 0 for rank in range(nprocs)}
         report = log_dir / "failure.json"
-        if report.exists():
-            for failure in json.loads(report.read_text())["failures"]:
+        failures = json.loads(report.read_text()) if report.exists() else None
+        if failures is not None:
+            for failure in failures["failures"]:
                 codes[failure["rank"]] = failure["exit_code"] if failure["exit_code"] is not None else -1
         if proc.returncode != 0 and not any(codes.values()):
             codes = {rank: proc.returncode for rank in codes}
@@ -112,7 +127,7 @@ def launch_workers(
             log = log_dir / "attempt_0" / f"rank_{rank}.log"
             text = log.read_text() if log.exists() else ""
             results.append(WorkerResult(rank, codes[rank], text, proc.stderr))
-        return Launch(results, time.monotonic() - start)
+        return Launch(results, time.monotonic() - start, proc.returncode, proc.stderr, failures)
     finally:
         shutil.rmtree(log_dir, ignore_errors=True)
 

@@ -18,6 +18,7 @@ import torch
 import torch.distributed as _dist
 from torch.distributed import ProcessGroup
 
+from rallypoint.collectives.broken import abort as abort_broken
 from rallypoint.collectives.env import DEFAULT_BACKEND, DEFAULT_TIMEOUT, OPTIONS_ENV, WorkerEnv, parse_timeout
 from rallypoint.collectives.records import BackendContext, CollectiveBackendRecord
 from rallypoint.collectives.selection import backends_by_torch_name, select_backend
@@ -295,7 +296,13 @@ def is_initialized() -> bool:
 
 
 def destroy(group: ProcessGroup | None = None) -> None:
-    """Destroy ``group`` (default: every process group) and forget the facade's caches."""
+    """Destroy ``group`` (default: every process group) and forget the facade's caches.
+
+    A group on which a call timed out is aborted first and never waited for: this returns at once
+    even though the timed-out call is still pending inside Gloo (see
+    :mod:`rallypoint.collectives.broken`).
+    """
+    abort_broken(group)
     _dist.destroy_process_group(group)
     if group is None:
         GROUPS.clear()

@@ -27,6 +27,7 @@ from typing import Any
 
 import torch.distributed as _dist
 
+from rallypoint.collectives.broken import mark_broken
 from rallypoint.collectives.errors import CollectiveTimeout, format_ranks
 from rallypoint.collectives.state import PROBE, STATE, GroupInfo
 
@@ -274,8 +275,22 @@ def _read_arrivals(info: GroupInfo, seq: int, ranks: Sequence[int]) -> dict[int,
         time.sleep(0.02)
 
 
+def _broken(info: GroupInfo) -> None:
+    """Mark the group of a timed-out call broken, so that neither ``destroy()`` nor exit waits for it."""
+    try:
+        pg = info.pg
+    except Exception as exc:  # noqa: BLE001 - the default group is gone: nothing to wait for
+        log.debug("collectives: no process group to mark broken: %s", exc)
+        return
+    mark_broken(pg)
+
+
 def _diagnose(op: str, info: GroupInfo, seq: int, timeout: float) -> CollectiveTimeout:
-    """Read the arrival announcements of call ``seq`` and name the ranks that never made one."""
+    """Read the arrival announcements of call ``seq`` and name the ranks that never made one.
+
+    The group is marked broken (see :mod:`rallypoint.collectives.broken`).
+    """
+    _broken(info)
     rank = _dist.get_rank()
     name = info.name()
     try:
@@ -299,6 +314,7 @@ def _diagnose(op: str, info: GroupInfo, seq: int, timeout: float) -> CollectiveT
 
 
 def _p2p_timeout(op: str, info: GroupInfo, peer: int, timeout: float) -> CollectiveTimeout:
+    _broken(info)
     rank = _dist.get_rank()
     try:
         ranks = info.ranks()
