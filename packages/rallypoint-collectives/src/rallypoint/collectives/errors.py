@@ -68,8 +68,9 @@ class CollectiveTimeout(RallypointError, TimeoutError):
         detail: how the missing ranks were determined, and anything unusual seen.
 
     After this error the process group is not usable: the call may still be pending inside
-    torch. Destroy it (:func:`rallypoint.collectives.destroy`) and exit, or let the agent restart
-    the workers.
+    torch. Destroy it (:func:`rallypoint.collectives.destroy`) and exit, or let the error end the
+    process, so that the agent restarts the workers. Neither waits for the pending call: the group
+    is marked broken (see :mod:`rallypoint.collectives.broken`).
     """
 
     def __init__(
