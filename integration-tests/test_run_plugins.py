@@ -223,7 +223,9 @@ def test_status_shows_a_running_job(tmp_path: Path) -> None:
         timeout=60,
     )
     assert missing.returncode == 1
-    assert "no rendezvous state" in missing.stdout
+    # read-only: an error naming the directory it looked for (and nothing created)
+    assert f"no rendezvous state for run 'nope': no rendezvous directory {rdzv}/nope" in missing.stderr
+    assert not (Path(rdzv) / "nope").exists()
 
 
 def test_a_terminal_shows_a_live_line_while_waiting_for_nodes(tmp_path: Path) -> None:

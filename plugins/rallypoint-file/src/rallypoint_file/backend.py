@@ -166,8 +166,8 @@ class FileBackend:
         """Read-only: check an existing run directory and its FORMAT; create nothing."""
         if not self.root.is_dir():
             raise RendezvousStateError(
-                f"no rendezvous directory {self.root}: no job with run id {self.run_id!r} has used "
-                f"rendezvous.options.path {self.base}; check the path and the run id"
+                f"no rendezvous state for run {self.run_id!r}: no rendezvous directory {self.root} (no job with "
+                f"that run id has used rendezvous.options.path {self.base}); check the path and the run id"
             )
         self.trust.check_base(self.base)
         self.trust.check_tree(self.root)
