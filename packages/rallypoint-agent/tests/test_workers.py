@@ -495,3 +495,28 @@ def test_kill_sessions_reaches_every_member_and_nobody_else(tmp_path):
         bystander.wait()
         worker.kill()
         worker.wait()
+
+
+def test_the_sentinel_kills_the_sessions_still_registered_when_its_pipe_closes(tmp_path):
+    from rallypoint.agent import sentinel
+
+    kept = subprocess.Popen([PY, "-c", "import time; time.sleep(60)"], start_new_session=True)
+    doomed = subprocess.Popen([PY, "-c", TREE_WORKER, str(tmp_path / "tree")], start_new_session=True)
+    pids = grandchildren(tmp_path / "tree")
+    read_fd, write_fd = os.pipe()
+    watcher = subprocess.Popen([PY, "-I", "-S", sentinel.__file__], stdin=read_fd, start_new_session=True)
+    os.close(read_fd)
+    try:
+        os.write(write_fd, f"+{kept.pid}\n+{doomed.pid}\n-{kept.pid}\n".encode())
+        time.sleep(0.2)  # the sentinel acts on end-of-file only: nothing may happen before
+        assert doomed.poll() is None
+        os.close(write_fd)  # what the kernel does when the agent dies
+        assert watcher.wait(timeout=20) == 0
+        assert doomed.wait(timeout=10) == -signal.SIGKILL
+        assert wait_until(lambda: not any(alive(p) for p in pids), 10)
+        assert kept.poll() is None  # unregistered: left alone
+    finally:
+        kill_leftovers(pids)
+        for proc in (kept, doomed, watcher):
+            proc.kill()
+            proc.wait()

@@ -251,6 +251,69 @@ class _Spawner:
 _spawner = _Spawner()
 
 
+class _Sentinel:
+    """The agent's end: starts the sentinel process on first use and tells it about sessions.
+
+    One per agent process (:data:`_sentinel`). Thread-safe; never raises: without a sentinel
+    (it could not start, or was killed), workers still die with the agent by their parent-death
+    signal, only what they started may outlive a ``SIGKILL``-ed agent.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._fd: int | None = None
+        self._pid = -1
+        self._process: subprocess.Popen[bytes] | None = None
+
+    def _ensure(self) -> int | None:
+        if self._pid == os.getpid():  # started (or failed to) by this process: once is enough
+            return self._fd
+        self._pid = os.getpid()
+        self._fd = None
+        read_fd, write_fd = os.pipe()  # both close-on-exec: no worker inherits the write end
+        try:
+            self._process = subprocess.Popen(
+                [sys.executable or "python3", "-I", "-S", os.path.abspath(sentinel.__file__)],
+                stdin=read_fd,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                cwd="/",  # pins no directory of the job
+                start_new_session=True,
+            )
+        except (OSError, ValueError) as err:
+            os.close(write_fd)
+            print(f"rallypoint: cannot start the worker sentinel ({err}); processes started by workers "
+                  "may outlive an agent killed with SIGKILL", file=sys.stderr)  # fmt: skip
+            return None
+        finally:
+            os.close(read_fd)
+        self._fd = write_fd
+        return write_fd
+
+    def _send(self, line: str) -> None:
+        with self._lock:
+            fd = self._ensure()
+            if fd is not None:
+                with contextlib.suppress(OSError):  # sentinel gone: EPIPE
+                    os.write(fd, line.encode())
+
+    def register(self, sid: int) -> None:
+        """Have session ``sid`` killed if this process ends before :meth:`unregister`."""
+        self._send(f"+{sid}\n")
+
+    def unregister(self, sid: int) -> None:
+        """Forget session ``sid`` (call after killing it, before reaping its leader)."""
+        self._send(f"-{sid}\n")
+
+    @property
+    def pid(self) -> int | None:
+        """The sentinel's process id, once started."""
+        return self._process.pid if self._process is not None else None
+
+
+_sentinel = _Sentinel()
+
+
 @dataclass
 class _Worker:
     spec: WorkerSpec
@@ -281,7 +344,7 @@ class WorkerGroup:
     ) -> None:
         self.logs = logs
         self.pdeathsig = pdeathsig and PDEATHSIG_SUPPORTED
-        self._sentinel = sentinel.shared() if pdeathsig else None
+        self._sentinel = _sentinel if pdeathsig else None
         self._on_exit = on_exit
         self._workers: dict[int, _Worker] = {}
         self._exits: dict[int, WorkerExit] = {}
