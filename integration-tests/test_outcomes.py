@@ -115,6 +115,15 @@ def test_rerunning_a_finished_run_id_is_refused_and_starts_no_worker(
     assert "closed by another node" not in again.stderr
     assert "Traceback" not in again.stderr
     assert (tmp_path / "ran.txt").read_text() == "0\n", "a worker ran for the finished run"
+    status = _run(
+        ["status", "--rdzv-backend", "file", "--rdzv-endpoint", str(tmp_path / "rdzv"), "--run-id", "same1"], tmp_path
+    )
+    assert status.returncode == 0, status.stderr
+    assert "round:     0 (closed)" in status.stdout
+    assert (
+        f"ended:     job {'succeeded' if how == 'ended' else 'failed after 0 of 0 restart(s)'} (closed by node"
+        in status.stdout
+    )
 
 
 def test_two_different_jobs_under_one_run_id_do_not_merge(tmp_path: Path) -> None:

@@ -288,6 +288,8 @@ def _show_status(backend: RendezvousBackend, run_id: str, limits: str) -> int:
     state = "closed" if header.closed else ("running" if header.complete else "gathering nodes")
     click.echo(f"run:       {run_id}")
     click.echo(f"round:     {header.round} ({state})")
+    if header.closed:  # the job is over: how it ended (a run id is not used again)
+        click.echo(f"ended:     {header.reason or 'closed'}{' (failed)' if header.failed else ''}")
     if header.complete:
         click.echo(f"members:   {len(header.participants)}")
         for rank, member in enumerate(header.participants):
