@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from rallypoint.agent import console as console_lanes
 from rallypoint.agent.logs import WorkerLogs, parse_tee, tee_selects
 from rallypoint.agent.workers import WorkerGroup, WorkerSpec
 
@@ -65,7 +66,8 @@ def run(specs, logs: WorkerLogs, timeout: float = 60.0):
     assert exits is not None
     assert logs.wait_drained(timeout=30)
     group.stop(grace=1)
-    assert logs.close(timeout=30)  # also writes out the queued console lines
+    assert logs.close(timeout=30)
+    assert console_lanes.flush(30)  # the console lines are written by a thread of their own
     return exits
 
 
@@ -303,6 +305,7 @@ def test_a_console_nobody_reads_never_blocks_the_worker_and_the_file_is_complete
         console.start_reading()  # unblock whatever waits on the console
         group.stop(grace=0)
         logs.close(timeout=60)
+        assert console_lanes.flush(60)
     assert_console_accounts_for_every_line(console.read_all(), path)
 
 
@@ -324,6 +327,7 @@ def test_a_worker_killed_while_the_console_is_stuck_leaves_a_complete_log(tmp_pa
         console.start_reading()
         group.stop(grace=0)
         logs.close(timeout=60)
+        assert console_lanes.flush(60)
     assert_console_accounts_for_every_line(console.read_all(), path)
 
 
@@ -338,4 +342,5 @@ def test_a_stuck_stdout_does_not_hold_up_worker_stderr_on_the_console(tmp_path):
         console.start_reading()
         group.stop(grace=0)
         logs.close(timeout=60)
+        assert console_lanes.flush(60)
     console.read_all()

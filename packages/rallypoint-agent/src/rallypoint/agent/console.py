@@ -66,7 +66,7 @@ class ConsoleLane:
         in the notice.
         """
         with self._cond:
-            if self._queued + len(text) > self.capacity:
+            if self._queued and self._queued + len(text) > self.capacity:  # an empty queue takes any chunk
                 key = (target, rank, where)
                 self._dropped[key] = self._dropped.get(key, 0) + lines
                 return False

@@ -37,6 +37,7 @@ from rallypoint.agent import console
 from rallypoint.core.errors import RallypointError
 
 __all__ = [
+    "CONSOLE_GRACE",
     "DEFAULT_TAIL_LINES",
     "Tee",
     "WorkerLogs",
@@ -48,6 +49,8 @@ __all__ = [
 Tee: TypeAlias = Literal["all", "rank0", "none"] | Sequence[int]
 #: Lines of stderr kept per worker for the failure report.
 DEFAULT_TAIL_LINES = 50
+#: Seconds :meth:`WorkerLogs.close` waits for queued console text to be written.
+CONSOLE_GRACE = 1.0
 _CHUNK = 65536
 _MAX_PARTIAL = 65536
 
@@ -305,10 +308,13 @@ class WorkerLogs:
 
         Readers still blocked (a pipe held open by a stray process) are left running as daemon
         threads; their log files are closed when they finish. The console text queued so far is
-        then written out, within what is left of ``timeout`` (a console that is not read keeps
-        the rest queued; lines that do not fit are dropped, never the log files' lines).
+        then given up to :data:`CONSOLE_GRACE` seconds (within ``timeout``) to be written, so that
+        it comes before what the agent prints next; a console that is not read keeps the rest
+        queued and never holds up the agent longer (lines that do not fit are dropped, never the
+        log files' lines).
         """
         deadline = None if timeout is None else time.monotonic() + timeout
         drained = self.wait_drained(None, timeout)
-        console.flush(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        grace = CONSOLE_GRACE if deadline is None else min(CONSOLE_GRACE, max(0.0, deadline - time.monotonic()))
+        console.flush(grace)
         return drained
