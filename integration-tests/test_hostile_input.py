@@ -282,6 +282,25 @@ CASES = [
     Case("run-id-leading-dash", setting(RUN_ID), RUN_ID, RUN_ID_RULE, sets=("rendezvous.run_id=-rf",)),
     Case("job-name-dotdot-set", setting("job.name"), "job.name", "invalid job name", sets=('job.name="../../x"',)),
     Case("job-name-slash-file", FILE, "job.name", "part of the run id", 'name = "a/b"\n'),
+    # node ids and host names name the node in rendezvous keys
+    Case(
+        "node-id-dotdot-flag", flag("--node-id"), "", "invalid node id '../x'", flags=("--node-id", "../x"), check=False
+    ),
+    Case("node-id-space-flag", flag("--node-id"), "", "invalid node id", flags=("--node-id", "a b"), check=False),
+    Case("node-id-env", env("NODE_ID"), "", "invalid node id", env={"RALLYPOINT_NODE_ID": "x y"}, check=False),
+    Case(
+        "host-name-space-flag", flag("--host-name"), "", "invalid host name", flags=("--host-name", "a b"), check=False
+    ),
+    Case(
+        "host-name-unicode-env",
+        env("HOST_NAME"),
+        "",
+        "invalid host name",
+        env={"RALLYPOINT_HOST_NAME": "é"},
+        check=False,
+    ),
+    Case("module-empty-flag", flag("SCRIPT"), "job.module", "is empty", flags=("-m", ""), check=False),
+    Case("entrypoint-blank-set", setting("job.entrypoint"), "job.entrypoint", "is empty", sets=('job.entrypoint=" "',)),
     # NUL bytes cannot reach a command line or an environment
     Case("nul-env-file", FILE, "job.env.A", NUL, '[job.env]\nA = "x\\u0000y"\n'),
     Case("nul-args-file", FILE, "job.args[1]", NUL, 'args = ["a", "b\\u0000"]\n'),

@@ -123,6 +123,24 @@ def _check_log_dir(path: Path, source: str) -> None:
         raise ConfigError([ConfigIssue(source, "agent.log_dir", message)])
 
 
+def _check_node_names(ctx: click.Context, **names: str | None) -> None:
+    """Refuse a ``--node-id`` or ``--host-name`` (or its variable) that cannot name a node in rendezvous keys."""
+    from rallypoint.agent.config import check_node_name
+
+    issues = []
+    for param, value in names.items():
+        if value is None:
+            continue
+        problem = check_node_name(value, param.replace("_", " "))
+        if problem:
+            from_env = ctx.get_parameter_source(param) == click.core.ParameterSource.ENVIRONMENT
+            flag = "--" + param.replace("_", "-")
+            source = f"RALLYPOINT_{param.upper()} (environment)" if from_env else f"{flag} {_FLAG}"
+            issues.append(ConfigIssue(source, "", problem))
+    if issues:
+        raise ConfigError(issues)
+
+
 def _resolve(
     job_file: str | None,
     overrides: list[tuple[str, Any, str]],
@@ -202,6 +220,7 @@ def run(
     from rallypoint.core.commands import _parse_set
     from rallypoint.rendezvous.handler import RendezvousHandler
 
+    _check_node_names(click.get_current_context(), node_id=node_id, host_name=host_name)
     script = list(args)
     job_file = script.pop(0) if script and script[0].endswith(".toml") else None
     overrides = [*_overrides(**flags), *_script_overrides(script, as_module, job_file), *_parse_set(set_values)]

@@ -23,6 +23,7 @@ __all__ = [
     "AGENT_SECTIONS",
     "LOG_DIR_FIELDS",
     "MAX_NODES",
+    "MAX_NODE_NAME_LENGTH",
     "MAX_POLL_SECONDS",
     "MAX_NPROC_PER_NODE",
     "MAX_RESTARTS",
@@ -32,6 +33,7 @@ __all__ = [
     "NprocPerNode",
     "RanksSection",
     "Tee",
+    "check_node_name",
 ]
 
 #: The most nodes a job may name (``nodes.min``, ``nodes.max``, ``--nnodes``).
@@ -43,6 +45,9 @@ MAX_RESTARTS = 100_000
 #: The longest ``agent.monitor_interval`` and ``agent.store_head_start``, in seconds: each is a wait
 #: in the agent's loop, and a longer one leaves a finished or failed job unnoticed.
 MAX_POLL_SECONDS = 60.0
+#: The longest node id or host name (``--node-id``, ``--host-name``).
+MAX_NODE_NAME_LENGTH = 128
+_NODE_NAME = re.compile(r"[A-Za-z0-9._~:@+=,-]+")
 #: The names ``agent.log_dir`` may use: ``{run_id}`` and ``{job}``.
 LOG_DIR_FIELDS = ("run_id", "job")
 _DIGITS = re.compile(r"\s*([0-9]+)\s*")
@@ -130,6 +135,12 @@ def _tee(value: Any) -> str | list[int]:
     )
 
 
+def _not_blank(value: str) -> str:
+    if not value.strip():
+        raise PydanticCustomError("blank", "is empty: give a script or module to run, or leave the key out")
+    return value
+
+
 def _no_nul(value: str) -> str:
     """Refuse NUL characters: no command line, environment or path can hold one."""
     if "\0" in value:
@@ -157,6 +168,23 @@ def _job_name(value: str) -> str:
             "invalid job name {value}: it is part of the run id, and {rule}",
             {"value": _short(value), "rule": RUN_ID_RULE},
         ) from None
+
+
+def check_node_name(value: str, what: str) -> str | None:
+    """What is wrong with a node id or host name given on the command line, or ``None``.
+
+    Both name the node in rendezvous keys (the default node id is ``<host>-<pid>``): 1 to
+    :data:`MAX_NODE_NAME_LENGTH` ASCII letters, digits and ``. _ ~ : @ + = , -``, not ``.`` or ``..``.
+
+    >>> check_node_name("gpu-3", "node id") is None, check_node_name("a b", "node id")[:26]
+    (True, "invalid node id 'a b': a n")
+    """
+    if len(value) <= MAX_NODE_NAME_LENGTH and _NODE_NAME.fullmatch(value) and value not in (".", ".."):
+        return None
+    return (
+        f"invalid {what} {_short(value)}: a node id or host name is 1 to {MAX_NODE_NAME_LENGTH} ASCII letters, "
+        "digits and . _ ~ : @ + = , - (not '.' or '..')"
+    )
 
 
 def _env_name(value: str) -> str:
@@ -200,6 +228,7 @@ NprocPerNode = Annotated[int | str, BeforeValidator(_nproc)]
 #: Which ranks reach the console: ``"all"``, ``"rank0"``, ``"none"`` or a list of ranks.
 Tee = Annotated[str | list[int], BeforeValidator(_tee)]
 _Text = Annotated[str, AfterValidator(_no_nul)]
+_Target = Annotated[str, AfterValidator(_no_nul), AfterValidator(_not_blank)]
 
 
 class JobSection(Section):
@@ -208,8 +237,8 @@ class JobSection(Section):
     name: Annotated[str, AfterValidator(_job_name)] | None = Field(
         default=None, description="Job name (run-id characters); defaults to the job file's stem."
     )
-    entrypoint: _Text | None = Field(default=None, description="Script (or executable) each worker runs.")
-    module: _Text | None = Field(default=None, description="Python module to run with -m, instead of entrypoint.")
+    entrypoint: _Target | None = Field(default=None, description="Script (or executable) each worker runs.")
+    module: _Target | None = Field(default=None, description="Python module to run with -m, instead of entrypoint.")
     args: list[_Text] = Field(default_factory=list, description="Arguments passed to every worker.")
     env: dict[Annotated[str, AfterValidator(_env_name)], _Text] = Field(
         default_factory=dict, description="Extra environment for every worker."
