@@ -1,4 +1,4 @@
-"""The agent's exit codes where signals meet rank computation (in-process, memory rendezvous)."""
+"""The agent's exit codes: a signal during rank computation, a spare node at the end (in-process)."""
 
 from __future__ import annotations
 
@@ -6,6 +6,8 @@ import io
 import os
 import signal
 import sys
+import threading
+import time
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
@@ -17,7 +19,7 @@ from rallypoint.agent.agent import ABORT_KEY, AgentSettings, ElasticAgent
 from rallypoint.agent.ranks import RankAssignment, RankNode
 from rallypoint.rendezvous.handler import RendezvousHandler
 from rallypoint.rendezvous.memory import MemoryBackend
-from rallypoint.rendezvous.state import HEADER_KEY, Header
+from rallypoint.rendezvous.state import HEADER_KEY, Header, join_key
 from rallypoint.rendezvous.testing import make_node
 from rallypoint.rendezvous.timeouts import RendezvousTimeouts
 
@@ -61,3 +63,46 @@ def test_a_signal_during_rank_computation_exits_128_plus_n(tmp_path: Path, signu
     assert header is not None
     assert not Header.from_json(header.value).closed
     assert not list(tmp_path.glob("attempt_*/rank_*.log")), "a worker started"
+
+
+@pytest.mark.parametrize("failed", [False, True])
+def test_a_node_that_waited_for_a_place_ends_the_way_the_job_did(tmp_path: Path, failed: bool) -> None:
+    """A spare node (the job was full) never runs a worker; the close tells it how the job ended."""
+    run_id = f"spare-{uuid.uuid4().hex[:8]}"
+    member = RendezvousHandler(MemoryBackend(run_id), make_node(0), min_nodes=1, max_nodes=1, timeouts=FAST)
+    spare = RendezvousHandler(MemoryBackend(run_id), make_node(1), min_nodes=1, max_nodes=1, timeouts=FAST)
+    member.next_rendezvous()
+
+    def close_once_the_spare_waits() -> None:
+        deadline = time.monotonic() + 20
+        while MemoryBackend(run_id).get(join_key(1, "node1")) is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        reason = "job failed after 0 of 0 restart(s)" if failed else "job succeeded"
+        member.set_closed(f"{reason} (closed by node 'node0')", failed=failed)
+
+    closer = threading.Thread(target=close_once_the_spare_waits)
+    closer.start()
+    settings = AgentSettings(
+        argv=[sys.executable, "-c", "raise SystemExit('no worker may start')"],
+        run_id=run_id,
+        host="spare",
+        log_dir=tmp_path,
+        max_restarts=0,
+    )
+    console = io.StringIO()
+    try:
+        result = ElasticAgent(spare, settings, console=console).run()
+    finally:
+        closer.join(timeout=30)
+        member.shutdown()
+    out = console.getvalue()
+    assert result.rounds == 0
+    if failed:
+        assert result.exit_code == 1, out
+        assert "job failed" in out
+        assert "(closed by node 'node0'); this node's workers were stopped" in out
+    else:
+        assert result.exit_code == 0, out
+        assert "ended (job succeeded (closed by node 'node0')) while this node waited for a place in it" in out
+        assert "no worker ran here" in out
+    assert not list(tmp_path.glob("attempt_*")), "a worker started"
