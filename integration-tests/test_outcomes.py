@@ -48,8 +48,9 @@ main()
 
 SLEEP = """
 import os, sys, time
-with open(os.path.join(sys.argv[1], "pid"), "w") as f:
+with open(os.path.join(sys.argv[1], "pid.tmp"), "w") as f:
     f.write(str(os.getpid()))
+os.rename(os.path.join(sys.argv[1], "pid.tmp"), os.path.join(sys.argv[1], "pid"))  # whole or absent
 time.sleep(600)
 """
 
@@ -195,6 +196,7 @@ def test_a_node_whose_rendezvous_cannot_be_written_fails_and_stops_its_workers(t
     try:
         _wait_for(tmp_path / "pid", "the worker did not start")
         worker = int((tmp_path / "pid").read_text())
+        _wait_for(run_dir / "kv" / "hb" / "nobeat-node", "the node did not write a heartbeat")
         if damage == "run directory deleted":
             shutil.rmtree(run_dir)
         else:
