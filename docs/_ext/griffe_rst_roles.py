@@ -50,7 +50,7 @@ def _docstring_from_comments(obj: griffe.Object) -> None:
         return
     found: list[str] = []
     index = obj.lineno - 2  # the line above the assignment (lineno is 1-based)
-    while index >= 0 and lines[index].strip().startswith("#:"):
+    while 0 <= index < len(lines) and lines[index].strip().startswith("#:"):
         found.append(lines[index].strip()[2:].strip())
         index -= 1
     if found:
