@@ -269,6 +269,14 @@ CASES = [
         f'[agent]\nlog_dir = "{UNCREATABLE}"\n',
         check=False,
     ),
+    # a path option never deletes what is there (the file watchdog replaced anything at its path: /dev/zero went)
+    Case(
+        "watchdog-fifo-over-a-file",
+        setting("timer.options.path"),
+        "timer.options.path",
+        "exists and is not a FIFO",
+        sets=("timer.watchdog=file", 'timer.options.path="worker.py"'),
+    ),
     # run ids: an alphabet and a length
     Case("run-id-dotdot-file", FILE, RUN_ID, RUN_ID_RULE, '[rendezvous]\nrun_id = "../../x"\n'),
     Case("run-id-dotdot-flag", flag("--run-id"), RUN_ID, RUN_ID_RULE, flags=("--run-id", "../../x"), check=False),
@@ -476,6 +484,7 @@ def test_run_refuses_before_any_worker_starts(
 
     assert_located(code, output, case)
     assert not (tmp_path / "started").exists(), "a worker started"
+    assert (tmp_path / "worker.py").read_text() == WORKER, "the job's own files are left alone"
 
 
 def test_the_corpus_is_large_enough() -> None:

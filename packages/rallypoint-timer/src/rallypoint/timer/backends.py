@@ -125,6 +125,10 @@ class FileWatchdogServer(WatchdogServer):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with contextlib.suppress(FileNotFoundError):
+            if not stat.S_ISFIFO(self.path.lstat().st_mode):  # never delete someone's file
+                raise WatchdogError(
+                    f"watchdog FIFO {self.path} exists and is not a FIFO; give timer.options.path a free path"
+                )
             self.path.unlink()
         os.mkfifo(self.path, 0o600)
         # O_RDWR keeps a writer open ourselves, so reads never see EOF between clients.

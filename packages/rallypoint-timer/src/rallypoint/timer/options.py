@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+import stat
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 __all__ = ["FileOptions", "LocalOptions"]
 
@@ -23,7 +26,22 @@ class FileOptions(LocalOptions):
     """``[timer.options]`` of the ``file`` watchdog.
 
     Attributes:
-        path: the FIFO to create; default ``<run_dir>/watchdog.fifo``.
+        path: the FIFO to create; default ``<run_dir>/watchdog.fifo``. A FIFO already there is
+            replaced; anything else there is refused (it would be deleted).
     """
 
     path: str | None = None
+
+    @field_validator("path")
+    @classmethod
+    def _not_a_file(cls, value: str | None) -> str | None:
+        """The server replaces a FIFO left at ``path``; anything else there is someone's file."""
+        if value is None:
+            return None
+        try:
+            mode = Path(value).lstat().st_mode
+        except OSError:
+            return value  # nothing there (or unreadable): the server creates the FIFO or says why not
+        if not stat.S_ISFIFO(mode):
+            raise ValueError(f"{value} exists and is not a FIFO; give a path where nothing is, or leave path out")
+        return value

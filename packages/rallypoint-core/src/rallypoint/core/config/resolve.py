@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from rallypoint.core.config.loader import LoadedConfig
-from rallypoint.core.config.messages import issues_from_validation
+from rallypoint.core.config.messages import DEFAULT_LABEL, issues_from_validation
 from rallypoint.core.config.sections import Section
 from rallypoint.core.errors import ConfigError, ConfigIssue, PluginError, UnknownPluginError
 from rallypoint.core.records import BackendRecord
@@ -130,6 +130,19 @@ def _special(
     return Selection(key, name, note=f"{special.meaning} among: {', '.join(names)}")
 
 
+def _selector_source(loaded: LoadedConfig, key: str, section_name: str) -> str:
+    """Where the selector was set.
+
+    For a default, whoever set something in its section: that made an optional section present,
+    or asked for options of the default plugin.
+    """
+    source = loaded.source_of(key)
+    if source != DEFAULT_LABEL:
+        return source
+    setters = [src for k, src in loaded.sources.items() if k == section_name or k.startswith(section_name + ".")]
+    return setters[-1] if setters else source
+
+
 def _resolve_one(
     loaded: LoadedConfig, pm: RallypointPluginManager, kind: PluginKind[Any], issues: list[ConfigIssue]
 ) -> Selection | None:
@@ -138,7 +151,7 @@ def _resolve_one(
     if section is None:  # an optional section that the job does not use
         return None
     name: str = getattr(section, field_name)
-    source = loaded.source_of(key)
+    source = _selector_source(loaded, key, section_name)
     if kind.special_value(name) is not None:
         raw_options = getattr(section, "options", None)
         if raw_options:  # they would reach no plugin: say so rather than drop them
