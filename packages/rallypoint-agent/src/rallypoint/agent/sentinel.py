@@ -10,13 +10,13 @@ while it is killed).
 
 An agent killed with ``SIGKILL`` runs no code, and the kernel's parent-death signal reaches only
 the workers themselves, so the agent starts this module as a separate, tiny **sentinel** process
-(``python -I -S sentinel.py``, in a session of its own so that signals for the job's process
-groups and the terminal's Ctrl-C never reach it). Its stdin is the read end of a pipe whose only
-write end the agent holds; the agent writes ``+<sid>`` when it starts a worker and ``-<sid>``
-after the worker's session was killed, before it reaps the worker. When the agent exits in any
-way, ``SIGKILL`` included, the kernel closes the write end; the sentinel reads end-of-file,
-kills every session still registered, and exits. It costs the agent one pipe write per worker
-and stop, and nothing while it waits (a blocking read).
+(``python -I -S sentinel.py`` by ``posix_spawn``, in a session of its own so that signals for the
+job's process groups and the terminal's Ctrl-C never reach it). Its stdin is the read end of a
+pipe whose only write end the agent holds; the agent writes ``+<sid>`` when it starts a worker
+and ``-<sid>`` after the worker's session was killed, before it reaps the worker. When the agent
+exits in any way, ``SIGKILL`` included, the kernel closes the write end; the sentinel reads
+end-of-file, kills every session still registered, and exits. It costs the agent one pipe write
+per worker and stop, and nothing while it waits (a blocking read).
 
 Session ids are process ids of session leaders: a number cannot be reused while a process is
 still in that session, and the agent deregisters a session before it reaps the worker whose
@@ -102,6 +102,7 @@ def main() -> None:
     """The sentinel process: read ``+sid`` / ``-sid`` lines until end-of-file, then kill what is left."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    os.chdir("/")  # pin no directory of the job
     sids: set[int] = set()
     pending = b""
     while True:

@@ -263,7 +263,8 @@ class _Sentinel:
         self._lock = threading.Lock()
         self._fd: int | None = None
         self._pid = -1
-        self._process: subprocess.Popen[bytes] | None = None
+        #: The sentinel's process id, once started.
+        self.process_id: int | None = None
 
     def _ensure(self) -> int | None:
         if self._pid == os.getpid():  # started (or failed to) by this process: once is enough
@@ -271,16 +272,19 @@ class _Sentinel:
         self._pid = os.getpid()
         self._fd = None
         read_fd, write_fd = os.pipe()  # both close-on-exec: no worker inherits the write end
+        # posix_spawn, not Popen: the sentinel is meant to outlive this process, so no Popen
+        # object may warn about it still running at exit
+        actions = [
+            (os.POSIX_SPAWN_DUP2, read_fd, 0),
+            (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0),
+            (os.POSIX_SPAWN_OPEN, 2, os.devnull, os.O_WRONLY, 0),
+        ]
+        argv = [sys.executable, "-I", "-S", os.path.abspath(sentinel.__file__)]
         try:
-            self._process = subprocess.Popen(
-                [sys.executable or "python3", "-I", "-S", os.path.abspath(sentinel.__file__)],
-                stdin=read_fd,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-                cwd="/",  # pins no directory of the job
-                start_new_session=True,
-            )
-        except (OSError, ValueError) as err:
+            if not sys.executable:
+                raise OSError("sys.executable is unknown")
+            self.process_id = os.posix_spawn(argv[0], argv, os.environ, file_actions=actions, setsid=True)
+        except OSError as err:
             os.close(write_fd)
             print(f"rallypoint: cannot start the worker sentinel ({err}); processes started by workers "
                   "may outlive an agent killed with SIGKILL", file=sys.stderr)  # fmt: skip
@@ -304,11 +308,6 @@ class _Sentinel:
     def unregister(self, sid: int) -> None:
         """Forget session ``sid`` (call after killing it, before reaping its leader)."""
         self._send(f"-{sid}\n")
-
-    @property
-    def pid(self) -> int | None:
-        """The sentinel's process id, once started."""
-        return self._process.pid if self._process is not None else None
 
 
 _sentinel = _Sentinel()
