@@ -520,3 +520,15 @@ def test_the_sentinel_kills_the_sessions_still_registered_when_its_pipe_closes(t
         for proc in (kept, doomed, watcher):
             proc.kill()
             proc.wait()
+
+
+def test_a_sentinel_that_cannot_start_is_reported_once_and_stops_nothing(monkeypatch, capsys):
+    monkeypatch.setattr(sys, "executable", "")
+    watch = workers_mod._Sentinel()
+    watch.register(12345)
+    watch.register(12346)
+    watch.unregister(12345)
+    assert watch.process_id is None
+    err = capsys.readouterr().err
+    assert err.count("cannot start the worker sentinel (sys.executable is unknown)") == 1
+    assert "may outlive an agent killed with SIGKILL" in err

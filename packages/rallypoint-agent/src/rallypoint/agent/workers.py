@@ -284,7 +284,7 @@ class _Sentinel:
             if not sys.executable:
                 raise OSError("sys.executable is unknown")
             self.process_id = os.posix_spawn(argv[0], argv, os.environ, file_actions=actions, setsid=True)
-        except OSError as err:
+        except (OSError, NotImplementedError) as err:  # NotImplementedError: no setsid for posix_spawn here
             os.close(write_fd)
             print(f"rallypoint: cannot start the worker sentinel ({err}); processes started by workers "
                   "may outlive an agent killed with SIGKILL", file=sys.stderr)  # fmt: skip
