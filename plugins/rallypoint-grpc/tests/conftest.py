@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,18 +20,20 @@ class ServerProcess:
 
     def __init__(self, *args: str, port: int = 0) -> None:
         self.args = args
+        # stderr goes to a file: a pipe nobody reads would fill up and block the server
+        self.log = tempfile.NamedTemporaryFile(prefix="rdzv-serve-", suffix=".log", delete=False)  # noqa: SIM115
         self.proc = subprocess.Popen(
             [RALLYPOINT, "rdzv", "serve", "--host", "127.0.0.1", "--port", str(port), *args],
             stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
+            stderr=self.log,
             text=True,
         )
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()
         if "serving on" not in line:
             self.proc.kill()
-            _, err = self.proc.communicate(timeout=30)
-            raise AssertionError(f"rdzv serve did not start: {line!r} {err}")
+            self.proc.communicate(timeout=30)
+            raise AssertionError(f"rdzv serve did not start: {line!r} {self.stderr()}")
         self.address = line.split("serving on ")[1].split()[0]
         self.port = int(self.address.rsplit(":", 1)[1])
 
@@ -39,6 +43,13 @@ class ServerProcess:
             self.proc.kill()
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.communicate(timeout=30)
+        self.log.close()
+        with contextlib.suppress(OSError):
+            os.unlink(self.log.name)
+
+    def stderr(self) -> str:
+        """What the server wrote to stderr so far."""
+        return Path(self.log.name).read_text(errors="replace")
 
     def alive(self) -> bool:
         """Whether the server process still runs."""

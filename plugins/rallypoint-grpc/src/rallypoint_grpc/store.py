@@ -247,7 +247,7 @@ class Store:
     def _json(self, key: str, text: str) -> str:
         try:
             json.loads(text)
-        except ValueError:
+        except (ValueError, RecursionError):
             raise StoreError("invalid", f"value of {key!r} is not JSON text") from None
         return text
 
