@@ -42,12 +42,11 @@ def connect(host: str, port: int) -> Iterator[socket.socket]:
 
 
 def _send(host: str, port: int, data: bytes, *, read: bool = True) -> None:
-    with connect(host, port) as s:
-        with contextlib.suppress(OSError):
-            s.sendall(data)
-            if read:
-                s.settimeout(0.5)
-                s.recv(65536)
+    with connect(host, port) as s, contextlib.suppress(OSError):
+        s.sendall(data)
+        if read:
+            s.settimeout(0.5)
+            s.recv(65536)
 
 
 def garbage_bytes(host: str, port: int, rng: random.Random) -> None:
