@@ -317,6 +317,21 @@ CASES = [
     Case(
         "nul-entrypoint-set", setting("job.entrypoint"), "job.entrypoint", NUL, sets=('job.entrypoint="w\\u0000.py"',)
     ),
+    Case(
+        "nul-plugin-option",
+        setting("rendezvous.options.path"),
+        "rendezvous.options.path",
+        NUL,
+        sets=("rendezvous.backend=file", 'rendezvous.options.path="a\\u0000b"'),
+    ),
+    Case("nul-in-a-key", FILE, "ranks.options.a\\0", NUL, '[ranks.options]\n"a\\u0000" = 1\n'),
+    Case(
+        "watchdog-path-empty",
+        setting("timer.options.path"),
+        "timer.options.path",
+        "is empty",
+        sets=("timer.watchdog=file", 'timer.options.path=""'),
+    ),
     Case("env-name-equals", FILE, "job.env.A=B", "invalid variable name", '[job.env]\n"A=B" = "x"\n'),
     Case("env-name-empty", FILE, "job.env", "invalid variable name", '[job.env]\n"" = "x"\n'),
     # --tee: torchrun's stream numbers are translated (3) or refused with the reason

@@ -38,6 +38,8 @@ class FileOptions(LocalOptions):
         """The server replaces a FIFO left at ``path``; anything else there is someone's file."""
         if value is None:
             return None
+        if not value.strip():
+            raise ValueError("is empty; give the path of the FIFO to create, or leave path out")
         try:
             mode = Path(value).lstat().st_mode
         except OSError:

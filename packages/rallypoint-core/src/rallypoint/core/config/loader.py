@@ -176,6 +176,31 @@ def _too_deep_at(value: Any, prefix: str = "") -> str | None:
     return None
 
 
+#: Said of a key or value holding a NUL character, anywhere in a job.
+NUL_MESSAGE = "holds a NUL character (\\0): no command line, variable, path or name can hold one"
+
+
+def _keys_with_nul(data: Mapping[str, Any]) -> list[str]:
+    """The key paths of keys and strings holding a NUL character (iteratively: the data may be hostile)."""
+    found = []
+    stack: list[tuple[Any, str]] = [(data, "")]
+    while stack:
+        item, path = stack.pop()
+        if isinstance(item, str):
+            if "\0" in item:
+                found.append(path)
+        elif isinstance(item, Mapping):
+            for key, value in item.items():
+                child = f"{path}.{key}" if path else str(key)
+                if "\0" in str(key):
+                    found.append(child.replace("\0", "\\0"))
+                else:
+                    stack.append((value, child))
+        elif isinstance(item, list):
+            stack.extend((value, f"{path}[{i}]") for i, value in enumerate(item))
+    return sorted(found)
+
+
 def _set_path(data: dict[str, Any], key: str, value: Any) -> None:
     parts = key.split(".")
     node = data
@@ -327,6 +352,9 @@ def load_job_config(
             for sub in _walk_keys(value, key + "."):
                 sources[sub] = source
     loaded = LoadedConfig(None, schema, file_path, sources)
+    nul = [ConfigIssue(loaded.source_of(key), key, NUL_MESSAGE) for key in _keys_with_nul(data)]
+    if nul:
+        raise ConfigError(nul)
     try:
         loaded.config = schema.model.model_validate(data)
     except ValidationError as exc:
