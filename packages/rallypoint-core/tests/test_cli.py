@@ -359,11 +359,18 @@ def refuse() -> None:
     raise PluginError("the frobnicator plugin is not configured")
 
 
+@click.command()
+def locked() -> None:
+    """Meet a directory this user may not write."""
+    raise PermissionError(13, "Permission denied", "/srv/logs/attempt_0")
+
+
 class Subcommands:
     @hookimpl
     def rallypoint_cli_commands(self):
         return [
             CliCommand(name="explode", summary="Always crashes.", command=lambda: explode),
+            CliCommand(name="locked", summary="Meets a locked directory.", command=lambda: locked),
             CliCommand(name="refuse", aliases=("no",), summary="Always refuses.", command=lambda: refuse),
         ]
 
@@ -460,4 +467,17 @@ def test_a_misspelled_hook_in_an_installed_plugin_is_a_clear_usage_error(tmp_pat
         "error: plugin typo (typo-kv 0.3) implements 'rallypoint_widget_backend', a hook that no installed "
         "package declares; did you mean 'rallypoint_widget_backends'? Fix the hook name in the plugin, "
         "install the package that declares it, or disable the plugin with RALLYPOINT_DISABLE_PLUGINS=typo\n"
+    )
+
+
+def test_an_os_error_about_a_path_names_the_path_and_what_to_check(cli_with_subcommands, capsys, monkeypatch) -> None:
+    """An unwritable directory is the user's to fix, not "a bug in rallypoint" (issue #12)."""
+    monkeypatch.delenv("RALLYPOINT_DEBUG", raising=False)
+
+    assert main(["locked"]) == 1
+
+    err = capsys.readouterr().err
+    assert err == (
+        "error: /srv/logs/attempt_0: Permission denied. The system refused a file operation: check that the path "
+        "is right, that this user may write there and that the disk has space (RALLYPOINT_DEBUG=1 shows where)\n"
     )

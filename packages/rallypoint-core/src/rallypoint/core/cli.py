@@ -161,17 +161,37 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         click.echo("interrupted", err=True)
         return 130
-    except Exception as exc:  # noqa: BLE001 - never a bare traceback
+    except OSError as exc:
+        if exc.filename is None:  # not about a path: treated as unexpected
+            return _internal_error(exc)
         if os.environ.get(_DEBUG_ENV):
             traceback.print_exc()
-        click.echo(
-            f"internal error: {type(exc).__name__}: {exc}\n"
-            f"This is a bug in rallypoint or a plugin. Rerun with {_DEBUG_ENV}=1 for the traceback, "
-            "and report it with that output.",
-            err=True,
-        )
+        click.echo(f"error: {_os_error(exc)}", err=True)
         return EXIT_FAILURE
+    except Exception as exc:  # noqa: BLE001 - never a bare traceback
+        return _internal_error(exc)
     return result if isinstance(result, int) else 0
+
+
+def _os_error(exc: OSError) -> str:
+    """An operating-system error about a path, in words: the path, the reason, what to check."""
+    paths = " -> ".join(str(p) for p in (exc.filename, exc.filename2) if p is not None)
+    return (
+        f"{paths}: {exc.strerror or exc}. The system refused a file operation: check that the path is "
+        f"right, that this user may write there and that the disk has space ({_DEBUG_ENV}=1 shows where)"
+    )
+
+
+def _internal_error(exc: BaseException) -> int:
+    if os.environ.get(_DEBUG_ENV):
+        traceback.print_exception(exc)
+    click.echo(
+        f"internal error: {type(exc).__name__}: {exc}\n"
+        f"This is a bug in rallypoint or a plugin. Rerun with {_DEBUG_ENV}=1 for the traceback, "
+        "and report it with that output.",
+        err=True,
+    )
+    return EXIT_FAILURE
 
 
 def entrypoint() -> None:
