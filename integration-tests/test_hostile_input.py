@@ -211,6 +211,15 @@ CASES = [
         flags=("--monitor-interval", "1h"),
         check=False,
     ),
+    Case(
+        "nproc-auto-5000-gpus",
+        flag("--nproc-per-node"),
+        NPROC,
+        '"auto" found 5000 GPUs',
+        flags=("--nproc-per-node", "auto"),
+        env={"CUDA_VISIBLE_DEVICES": ",".join(map(str, range(5000)))},
+        check=False,
+    ),
     # what is read is bounded: depth, size, devices, numbers
     Case("deep-inline-table", FILE, "", "nest more than 32 levels", JOB + DEEP_TABLE, whole=True),
     Case("deep-40", FILE, "rendezvous.options.x.a.a", "nest more than 32 levels", DEEP_40),

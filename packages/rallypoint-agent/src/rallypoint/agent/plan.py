@@ -26,7 +26,7 @@ from typing import Any, Protocol
 from pydantic import BaseModel
 
 from rallypoint.agent.agent import AgentSettings
-from rallypoint.agent.config import AgentSection, JobSection, NodesSection
+from rallypoint.agent.config import MAX_NPROC_PER_NODE, AgentSection, JobSection, NodesSection
 from rallypoint.agent.logs import parse_tee
 from rallypoint.agent.netif import interface_for_address, socket_ifname_env
 from rallypoint.agent.node import node_record
@@ -343,6 +343,20 @@ def _log_dir(resolved: ResolvedConfig, template: str, run_id: str, job_name: str
         ) from None
 
 
+def _auto_nproc(resolved: ResolvedConfig, facts: NodeFacts) -> int:
+    """``nproc_per_node = "auto"``: visible GPUs, else CPUs, within the bound a number would have."""
+    count = int(facts.visible_gpus or facts.cpu_count)
+    if count > MAX_NPROC_PER_NODE:
+        what = "GPUs (CUDA_VISIBLE_DEVICES)" if facts.visible_gpus else "CPUs"
+        raise _issue(
+            resolved.loaded.source_of("nodes.nproc_per_node"),
+            "nodes.nproc_per_node",
+            f'"auto" found {count} {what}, more than the {MAX_NPROC_PER_NODE} workers a node may run; '
+            "give a number instead",
+        )
+    return count
+
+
 def _selected(resolved: ResolvedConfig, key: str) -> tuple[BackendRecord | None, BaseModel | None]:
     selection = resolved.selection(key)
     if selection is None:
@@ -377,7 +391,7 @@ def plan_job(resolved: ResolvedConfig, facts: NodeFacts) -> JobPlan:
     node = node_record(
         host=facts.host,
         addr=facts.local_addr or ("127.0.0.1" if rendezvous.record.name == _MEMORY else facts.host),
-        local_world_size=int(facts.visible_gpus or facts.cpu_count) if nproc == "auto" else int(nproc),
+        local_world_size=_auto_nproc(resolved, facts) if nproc == "auto" else int(nproc),
         environ=facts.environ,
         node_id=facts.node_id,
         pid=facts.pid,
