@@ -21,9 +21,11 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 # gRPC's default poller (epoll1) breaks in a child forked while a watch stream is open (gRPC
-# aborts the child); the poll poller survives fork. Read when gRPC starts, so set before import;
-# a value set by the user wins.
+# aborts the child); the poll poller survives fork. Its informational notes about forks (every
+# worker start is a fork) are not for users. Read when gRPC starts, so set before the import; a
+# value set by the user wins.
 os.environ.setdefault("GRPC_POLL_STRATEGY", "poll")
+os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
 
 import etcd3  # type: ignore[import-untyped]
 import etcd3.exceptions  # type: ignore[import-untyped]
