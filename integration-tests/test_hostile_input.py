@@ -220,6 +220,14 @@ CASES = [
         env={"CUDA_VISIBLE_DEVICES": ",".join(map(str, range(5000)))},
         check=False,
     ),
+    Case(
+        "labels-file-dev-zero",
+        "invalid node labels in /dev/zero",
+        "'/dev/zero'",
+        "larger than 64 KiB",
+        env={"RALLYPOINT_NODE_LABELS_FILE": "/dev/zero"},
+        check=False,
+    ),
     # what is read is bounded: depth, size, devices, numbers
     Case("deep-inline-table", FILE, "", "nest more than 32 levels", JOB + DEEP_TABLE, whole=True),
     Case("deep-40", FILE, "rendezvous.options.x.a.a", "nest more than 32 levels", DEEP_40),

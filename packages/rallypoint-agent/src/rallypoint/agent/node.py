@@ -120,6 +120,10 @@ def parse_node_labels(text: str, *, source: str = NODE_LABELS_ENV) -> dict[str, 
     return labels
 
 
+#: The most a node labels file may hold.
+MAX_LABELS_FILE_BYTES = 64 * 1024
+
+
 def read_node_labels(
     environ: Mapping[str, str] | None = None, labels_file: str | os.PathLike[str] | None = None
 ) -> dict[str, str]:
@@ -144,7 +148,13 @@ def read_node_labels(
     if labels_file is not None:
         path = Path(labels_file)
         try:
-            text = path.read_text(encoding="utf-8")
+            with path.open("rb") as handle:  # a labels file is small: never read a device to its end
+                raw = handle.read(MAX_LABELS_FILE_BYTES + 1)
+            if len(raw) > MAX_LABELS_FILE_BYTES:
+                raise NodeLabelsError(
+                    str(path), str(path), f"the labels file is larger than {MAX_LABELS_FILE_BYTES // 1024} KiB"
+                )
+            text = raw.decode("utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             raise NodeLabelsError(str(path), str(path), f"cannot read the labels file: {exc}") from exc
         labels.update(parse_node_labels(text, source=str(path)))
