@@ -241,8 +241,12 @@ class FileBackend:
         except OSError as exc:
             raise RendezvousStateError(f"cannot open the rendezvous lock file {self._lock_path}: {exc}") from exc
         try:
-            fcntl.flock(fd, fcntl.LOCK_SH)  # no writer is half-way through the counter
-            self._parse_lock(os.pread(fd, 64, 0))
+            try:  # no writer is half-way through the counter; readers never wait for writers
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                self._next_check = time.monotonic() + 0.05  # a write is under way: look again soon
+            else:
+                self._parse_lock(os.pread(fd, 64, 0))
         finally:
             os.close(fd)
         if self.read_only:
