@@ -94,6 +94,11 @@ class EtcdBackend:
         self._keeper: threading.Thread | None = None
         self._closed = False
         _OPEN.add(self)
+        # Connect now (as torch's handlers do), so that an unreachable etcd fails here, naming
+        # the endpoints, and the first rendezvous step does not pay for the connection; and learn
+        # the run lease if the run has one.
+        kv, _ = self._retry("connect", lambda: self.client.get(self._lease_key))
+        self._lease_hint = None if kv is None else int(kv.value)
 
     # -- retries -------------------------------------------------------------------------------
     def _retry(self, what: str, fn: Callable[[], T], *, window: float | None = None) -> T:
@@ -142,11 +147,14 @@ class EtcdBackend:
         return self._retry("grant a lease", lambda: self.client.grant(max(1, math.ceil(ttl))))
 
     def _run_lease(self) -> int:
-        """The run's lease (shared by every client; created by the first), kept alive from here."""
+        """The run's lease (shared by every client; created by the first), kept alive from here.
+
+        The keep-alive thread also registers this client (``meta/clients/<id>``), off the
+        rendezvous' critical path.
+        """
         with self._lease_lock:
             if self._lease is None:
                 self._lease = self._retry("take the run lease", self._find_or_make_lease)
-                self._retry("register this client", lambda: self.client.put(self._me, b"1", lease=self._lease))
                 if self._keeper is None and not self._closed:
                     self._keeper = threading.Thread(
                         target=self._keep_alive, name=f"rallypoint-etcd-lease-{self.run_id}", daemon=True
@@ -155,13 +163,18 @@ class EtcdBackend:
             return self._lease
 
     def _find_or_make_lease(self) -> int:
+        """The lease named by ``meta/lease`` (it lives as long as that key), or a new one.
+
+        A lease that lapses right after this read fails the write with ``LeaseGone``; the write
+        then asks again (and finds the key gone with it).
+        """
+        hint, self._lease_hint = self._lease_hint, None
+        if hint is not None:
+            return hint
         while True:
             kv, _ = self.client.get(self._lease_key)
             if kv is not None:
-                lease = int(kv.value)
-                if self.client.keep_alive(lease) > 0:
-                    return lease
-                continue  # lapsed just now: its key goes with it
+                return int(kv.value)
             lease = self.client.grant(self.options.key_ttl)
             try:
                 ok, _ = self.client.put_if(self._lease_key, str(lease).encode(), mod_revision=None, lease=lease)
@@ -173,17 +186,26 @@ class EtcdBackend:
 
     def _keep_alive(self) -> None:
         period = max(1.0, self.options.key_ttl / 4)
-        while not self._stop.wait(period):
+        registered: int | None = None
+        wait = 0.0
+        while not self._stop.wait(wait):
+            wait = period
             lease = self._lease
             if lease is None:
                 continue
             try:
-                if self.client.keep_alive(lease) == 0:
-                    with self._lease_lock:
-                        if self._lease == lease:
-                            self._lease = None  # the next write takes a new one
-            except Exception as exc:  # noqa: BLE001 - retried next period; writes report errors
+                if registered != lease:
+                    self.client.put(self._me, b"1", lease=lease)
+                    registered = lease
+                elif self.client.keep_alive(lease) <= 0:
+                    raise LeaseGone(f"lease {lease:x} expired")
+            except LeaseGone:
+                with self._lease_lock:
+                    if self._lease == lease:
+                        self._lease = None  # the next write takes a new one
+            except Exception as exc:  # noqa: BLE001 - retried soon; writes report errors themselves
                 log.debug("rendezvous %r: lease keep-alive failed: %s", self.run_id, exc)
+                wait = min(period, 1.0)
 
     # -- protocol ------------------------------------------------------------------------------
     def _entry(self, kv: KV | None, key: str) -> Entry | None:
