@@ -136,3 +136,9 @@ def launch_workers(
 def launch() -> Callable[..., Launch]:
     """``launch(script, nprocs, args=..., env=..., backend=..., timeout=...) -> Launch``."""
     return launch_workers
+
+
+@pytest.fixture(scope="module")
+def module_launch() -> Callable[..., Launch]:
+    """:func:`launch` for module-scoped fixtures (one job whose results several tests check)."""
+    return launch_workers

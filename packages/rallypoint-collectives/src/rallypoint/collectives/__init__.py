@@ -7,8 +7,10 @@ The facade (``send``, ``recv``, ``isend``, ``irecv``, ``broadcast``, ``all_reduc
 ``get_world_size``, ``ReduceOp``) is gathered in :mod:`rallypoint.collectives.facade` from the
 modules that do each job: :mod:`~rallypoint.collectives.process_group` (``init``),
 :mod:`~rallypoint.collectives.ops` (the operations) and :mod:`~rallypoint.collectives.waiting`
-(the timeout engine). Every call accepts ``timeout=`` and raises :class:`CollectiveTimeout`
-naming the ranks that did not arrive.
+(the timeout engine). Every call accepts ``timeout=`` (seconds or a shared :class:`Deadline`)
+and raises :class:`CollectiveTimeout` naming the ranks that did not arrive, unless a timeout
+handler (:func:`set_timeout_handler`, or ``on_timeout=`` on the call; see
+:mod:`~rallypoint.collectives.timeouts`) decides otherwise.
 
 Importing this package does not import torch: the facade's names are loaded on first access.
 Hook specifications live in :mod:`rallypoint.collectives.hookspecs`.
@@ -21,6 +23,16 @@ from typing import TYPE_CHECKING, Any
 
 from rallypoint.collectives.errors import BackendUnavailableError, CollectiveTimeout
 from rallypoint.collectives.records import Availability, CollectiveBackendRecord
+from rallypoint.collectives.timeouts import (
+    Deadline,
+    DeadlineWait,
+    ExitProcess,
+    RaiseTimeout,
+    TimeoutEvent,
+    WaitMore,
+    get_timeout_handler,
+    set_timeout_handler,
+)
 
 if TYPE_CHECKING:
     from rallypoint.collectives.facade import (
@@ -75,14 +87,31 @@ __all__ = [
     "BackendUnavailableError",
     "Availability",
     "CollectiveBackendRecord",
+    "Deadline",
+    "DeadlineWait",
+    "ExitProcess",
+    "RaiseTimeout",
+    "TimeoutEvent",
+    "WaitMore",
+    "get_timeout_handler",
+    "set_timeout_handler",
 ]
 
-_FACADE = frozenset(__all__) - {
+_LIGHT = {
     "CollectiveTimeout",
     "BackendUnavailableError",
     "Availability",
     "CollectiveBackendRecord",
+    "Deadline",
+    "DeadlineWait",
+    "ExitProcess",
+    "RaiseTimeout",
+    "TimeoutEvent",
+    "WaitMore",
+    "get_timeout_handler",
+    "set_timeout_handler",
 }
+_FACADE = frozenset(__all__) - _LIGHT
 
 
 def __getattr__(name: str) -> Any:

@@ -30,6 +30,7 @@ import torch.distributed as _dist
 from rallypoint.collectives.broken import mark_broken
 from rallypoint.collectives.errors import CollectiveTimeout, format_ranks
 from rallypoint.collectives.state import PROBE, STATE, GroupInfo
+from rallypoint.collectives.timeouts import MIN_WAIT, Deadline, TimeoutEvent, TimeoutHandler, decide
 
 __all__ = ["Work", "complete", "finish_collective"]
 
@@ -47,8 +48,9 @@ def finish_collective(
     op: str,
     info: GroupInfo,
     async_op: bool,
-    timeout: float | None,
+    timeout: float | Deadline | None,
     result: Any,
+    on_timeout: TimeoutHandler | None = None,
 ) -> Any:
     """The one path every collective wrapper shares, after it has issued torch's call.
 
@@ -58,7 +60,7 @@ def finish_collective(
 
         info = GROUPS.get(group) or group_info(group)
         work = torch_call(..., group, info.blocking or async_op or timeout is not None)
-        return finish_collective(work, "name", info, async_op, timeout, result)
+        return finish_collective(work, "name", info, async_op, timeout, result, on_timeout)
 
     Here the call is counted, then handed back as a :class:`Work` (``async_op``) or completed.
     The fast path (a synchronous call without ``timeout=`` on a blocking backend) is one
@@ -70,14 +72,16 @@ def finish_collective(
         op: the operation's name, for errors (``"all_reduce"``).
         info: the group's :class:`~rallypoint.collectives.state.GroupInfo`.
         async_op: hand back a :class:`Work` instead of waiting.
-        timeout: seconds; ``None`` for the job default.
+        timeout: seconds, a :class:`~rallypoint.collectives.timeouts.Deadline`, or ``None``
+            for the job default.
         result: what the synchronous call returns (the output tensor or tensors).
+        on_timeout: the call's own timeout handler (default: the process-wide one).
     """
     info.seq += 1
     if work is None:
         return result
     if async_op:
-        return Work(work, op, info, info.seq, timeout, None, result)
+        return Work(work, op, info, info.seq, timeout, None, result, on_timeout)
     if timeout is None and info.blocking:  # the fast path
         try:
             work.wait(STATE.probe_td)
@@ -85,9 +89,9 @@ def finish_collective(
         except RuntimeError as exc:
             if not _is_timeout(exc):
                 raise
-        _slow_wait(work, op, info, info.seq, STATE.default, STATE.probe)
+        _slow_wait(work, op, info, info.seq, STATE.default, STATE.probe, on_timeout)
         return result
-    complete(work, op, info, info.seq, timeout)
+    complete(work, op, info, info.seq, timeout, None, on_timeout)
     return result
 
 
@@ -98,7 +102,7 @@ class Work:
     :class:`CollectiveTimeout` instead of hanging.
     """
 
-    __slots__ = ("_info", "_op", "_peer", "_result", "_seq", "_timeout", "work")
+    __slots__ = ("_info", "_on_timeout", "_op", "_peer", "_result", "_seq", "_timeout", "work")
 
     def __init__(
         self,
@@ -106,9 +110,10 @@ class Work:
         op: str,
         info: GroupInfo,
         seq: int,
-        timeout: float | None,
+        timeout: float | Deadline | None,
         peer: int | None,
         result: Any = None,
+        on_timeout: TimeoutHandler | None = None,
     ) -> None:
         self.work = work
         self._op = op
@@ -117,14 +122,17 @@ class Work:
         self._timeout = timeout
         self._peer = peer
         self._result = result
+        self._on_timeout = on_timeout
 
-    def wait(self, timeout: float | None = None) -> bool:
+    def wait(self, timeout: float | Deadline | None = None) -> bool:
         """Block until the call completes (``True``), or raise :class:`CollectiveTimeout`.
 
         Args:
-            timeout: seconds; default: the ``timeout=`` given to the call, else the job default.
+            timeout: seconds or a :class:`~rallypoint.collectives.timeouts.Deadline`; default:
+                the ``timeout=`` given to the call, else the job default.
         """
-        complete(self.work, self._op, self._info, self._seq, self._timeout if timeout is None else timeout, self._peer)
+        seconds = self._timeout if timeout is None else timeout
+        complete(self.work, self._op, self._info, self._seq, seconds, self._peer, self._on_timeout)
         return True
 
     def is_completed(self) -> bool:
@@ -145,33 +153,55 @@ class Work:
 
 
 def complete(
-    work: _dist.Work, op: str, info: GroupInfo, seq: int, timeout: float | None, peer: int | None = None
+    work: _dist.Work,
+    op: str,
+    info: GroupInfo,
+    seq: int,
+    timeout: float | Deadline | None,
+    peer: int | None = None,
+    on_timeout: TimeoutHandler | None = None,
+    dl: Deadline | None = None,
 ) -> None:
     """Wait for ``work`` (call ``seq`` on ``info``'s group, or point-to-point with ``peer``).
 
+    Args:
+        work: torch's work.
+        op: the operation's name, for errors.
+        info: the group.
+        seq: the call's number on the group.
+        timeout: seconds, a :class:`Deadline` (wait what is left of it), or ``None`` (the job's).
+        peer: the peer of a point-to-point call (``-1``: any), ``None`` for a collective.
+        on_timeout: the call's handler (default: the process-wide one).
+        dl: the deadline ``timeout`` was taken from (internal).
+
     Raises:
         CollectiveTimeout: it did not complete within ``timeout`` (default: the job's), naming
-            the ranks that did not arrive.
+            the ranks that did not arrive, and the timeout handler did not wait it out.
     """
+    if timeout.__class__ is Deadline:
+        _complete_under(work, op, info, seq, timeout, peer, on_timeout)
+        return
     if info.stream_ordered:
         if timeout is None:  # torch semantics: the watchdog enforces the group's timeout
             work.wait()
         else:
-            _poll_wait(work, op, info, seq, timeout, peer)
+            _poll_wait(work, op, info, seq, timeout, peer, on_timeout, dl)  # type: ignore[arg-type]
         return
     if peer is not None:  # point-to-point: the missing rank is the peer; one wait
-        seconds = STATE.default if timeout is None else timeout
+        seconds: float = STATE.default if timeout is None else timeout  # type: ignore[assignment]
+        started = time.monotonic()
         try:
             work.wait(STATE.td(seconds))
         except RuntimeError as exc:
             if not _is_timeout(exc):
                 raise
-            raise _p2p_timeout(op, info, peer, seconds) from exc
+            # Gloo has closed the connection to the peer: the handler cannot wait more.
+            _expire(_p2p_timeout(op, info, peer, seconds), info, started, seconds, 1, False, on_timeout, dl, peer)
         return
     if timeout is None:
         seconds, probe, probe_td = STATE.default, STATE.probe, STATE.probe_td
     else:
-        seconds, probe = timeout, min(PROBE, timeout)
+        seconds, probe = timeout, min(PROBE, timeout)  # type: ignore[assignment,type-var]
         probe_td = timedelta(seconds=probe)
     try:
         work.wait(probe_td)
@@ -179,44 +209,155 @@ def complete(
     except RuntimeError as exc:
         if not _is_timeout(exc):
             raise
-    _slow_wait(work, op, info, seq, seconds, probe)
+    _slow_wait(work, op, info, seq, seconds, probe, on_timeout, dl)
 
 
-def _slow_wait(work: _dist.Work, op: str, info: GroupInfo, seq: int, timeout: float, waited: float) -> None:
+def _complete_under(
+    work: _dist.Work,
+    op: str,
+    info: GroupInfo,
+    seq: int,
+    dl: Deadline,
+    peer: int | None,
+    on_timeout: TimeoutHandler | None,
+) -> None:
+    """:func:`complete` with what is left of ``dl`` (its clock starts now if it had not)."""
+    dl.close()
+    started = time.monotonic()
+    complete(work, op, info, seq, max(MIN_WAIT, dl.remaining()), peer, on_timeout, dl)
+    dl.record(_label(op, info, peer), time.monotonic() - started)
+
+
+def _label(op: str, info: GroupInfo, peer: int | None) -> str:
+    if peer is None:
+        try:
+            return f"{op} on {info.name()}"
+        except Exception:  # noqa: BLE001 - the group is gone; the name is only for the message
+            return op
+    if peer < 0:
+        return f"{op} from any rank"
+    return f"{op} {'to' if op in ('send', 'isend') else 'from'} rank {peer}"
+
+
+def _waited(work: _dist.Work, seconds: float) -> bool:
+    """Wait up to ``seconds``: ``True`` if the call completed, ``False`` if the wait expired."""
+    try:
+        work.wait(timedelta(seconds=max(MIN_WAIT, seconds)))
+    except RuntimeError as exc:
+        if not _is_timeout(exc):
+            raise
+        return False
+    return True
+
+
+def _slow_wait(
+    work: _dist.Work,
+    op: str,
+    info: GroupInfo,
+    seq: int,
+    timeout: float,
+    waited: float,
+    on_timeout: TimeoutHandler | None = None,
+    dl: Deadline | None = None,
+) -> None:
+    started = time.monotonic() - waited
     key = _announce(info, seq, op)
     remaining = timeout - waited
-    if remaining > 0:
-        try:
-            work.wait(timedelta(seconds=remaining))
-        except RuntimeError as exc:
-            if not _is_timeout(exc):
-                raise
-        else:
+    if remaining > 0 and _waited(work, remaining):
+        _withdraw(key)
+        return
+    attempt = 1
+    while True:
+        err = _diagnose(op, info, seq, timeout)
+        extra = _expire(err, info, started, timeout, attempt, attempt == 1, on_timeout, dl, None)
+        attempt += 1
+        if _waited(work, extra):
             _withdraw(key)
             return
-    raise _diagnose(op, info, seq, timeout)
 
 
-def _poll_wait(work: _dist.Work, op: str, info: GroupInfo, seq: int, timeout: float, peer: int | None) -> None:
+def _poll_wait(
+    work: _dist.Work,
+    op: str,
+    info: GroupInfo,
+    seq: int,
+    timeout: float,
+    peer: int | None,
+    on_timeout: TimeoutHandler | None = None,
+    dl: Deadline | None = None,
+) -> None:
     start = time.monotonic()
     deadline = start + timeout
     key: str | None = None
     pause = 0.0001
+    attempt = 1
     while not work.is_completed():
         now = time.monotonic()
         if key is None and peer is None and now - start >= min(PROBE, timeout):
             key = _announce(info, seq, op)
         if now >= deadline:
             if peer is not None:
-                raise _p2p_timeout(op, info, peer, timeout)
-            if key is None:
-                _announce(info, seq, op)
-            raise _diagnose(op, info, seq, timeout)
+                err = _p2p_timeout(op, info, peer, timeout)
+            else:
+                if key is None:
+                    key = _announce(info, seq, op)
+                err = _diagnose(op, info, seq, timeout)
+            more = _expire(err, info, start, timeout, attempt, attempt == 1, on_timeout, dl, peer)
+            deadline = time.monotonic() + more
+            attempt += 1
         time.sleep(pause)
         pause = min(pause * 2, 0.01)
     work.wait()
     if key is not None:
         _withdraw(key)
+
+
+def _expire(
+    err: CollectiveTimeout,
+    info: GroupInfo,
+    started: float,
+    timeout: float,
+    attempt: int,
+    can_wait_more: bool,
+    on_timeout: TimeoutHandler | None,
+    dl: Deadline | None,
+    peer: int | None,
+) -> float:
+    """A wait expired: ask the timeout handler; return the seconds to wait more, or raise.
+
+    The group is marked broken only when the call gives up (the error is raised, or the
+    handler ends the process), never while the handler waits more.
+    """
+    elapsed = time.monotonic() - started
+    event = TimeoutEvent(
+        err.op, err.group, err.group_ranks, err.missing, err.arrived, err.rank, elapsed, timeout, dl, attempt,
+        can_wait_more, err,
+    )  # fmt: skip
+    try:
+        extra = decide(event, on_timeout)
+    except BaseException:
+        _broken(info)
+        raise
+    if extra is not None:
+        return extra
+    _broken(info)
+    if dl is not None:
+        dl.record(_label(err.op, info, peer), elapsed, True)
+        err = _with_detail(err, dl.describe())
+    raise err
+
+
+def _with_detail(err: CollectiveTimeout, more: str) -> CollectiveTimeout:
+    return CollectiveTimeout(
+        op=err.op,
+        group=err.group,
+        group_ranks=err.group_ranks,
+        missing=err.missing,
+        arrived=err.arrived,
+        rank=err.rank,
+        timeout=err.timeout,
+        detail=f"{err.detail}; {more}" if err.detail else more,
+    )
 
 
 # ------------------------------------------------------------------------------------------------
@@ -288,9 +429,9 @@ def _broken(info: GroupInfo) -> None:
 def _diagnose(op: str, info: GroupInfo, seq: int, timeout: float) -> CollectiveTimeout:
     """Read the arrival announcements of call ``seq`` and name the ranks that never made one.
 
-    The group is marked broken (see :mod:`rallypoint.collectives.broken`).
+    The group is marked broken (see :mod:`rallypoint.collectives.broken`) by :func:`_expire`,
+    when the call gives up.
     """
-    _broken(info)
     rank = _dist.get_rank()
     name = info.name()
     try:
@@ -314,7 +455,6 @@ def _diagnose(op: str, info: GroupInfo, seq: int, timeout: float) -> CollectiveT
 
 
 def _p2p_timeout(op: str, info: GroupInfo, peer: int, timeout: float) -> CollectiveTimeout:
-    _broken(info)
     rank = _dist.get_rank()
     try:
         ranks = info.ranks()
