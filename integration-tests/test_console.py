@@ -83,3 +83,27 @@ def test_a_console_nobody_reads_neither_stalls_the_worker_nor_loses_log_lines(tm
     assert notices, "no drop notice on the console"
     assert {(tmp_path / where).resolve() for _, where in notices} == {log.resolve()}  # relative to the agent's cwd
     assert shown + sum(int(n) for n, _ in notices) == LINES
+
+
+@pytest.mark.parametrize(("tee", "shown"), [("7,", False), ("0,7", True), ("none", True)])
+def test_a_tee_that_selects_no_rank_says_so(tmp_path: Path, tee: str, shown: bool) -> None:
+    hello = tmp_path / "hello.py"
+    hello.write_text('print("hello from the worker")\n')
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RALLYPOINT_")}
+    proc = subprocess.run(
+        [*RALLYPOINT, "run", "--tee", tee, str(hello)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    notice = "selects no rank of this job (ranks 0..0): no worker output reaches the console"
+    # a list of ranks that misses every worker is almost always a mistake (torchrun's --tee 3 read as
+    # a rank, say); "none" is what the user asked for and needs no remark
+    assert (notice in proc.stderr) is not shown
+    assert ("hello from the worker" in proc.stdout) is (tee == "0,7")
+    log = next((tmp_path / "runs").glob("*/attempt_0/rank_0.log")).read_text()
+    assert "hello from the worker" in log

@@ -45,7 +45,7 @@ from pydantic import BaseModel
 
 from rallypoint.agent.env import WorkerContext, worker_environment
 from rallypoint.agent.error_files import read_error_file
-from rallypoint.agent.logs import Tee, WorkerLogs
+from rallypoint.agent.logs import Tee, WorkerLogs, tee_selects
 from rallypoint.agent.ranks import RankAssignment, RankNode, RankStrategy, WorkerRanks, compute_assignment
 from rallypoint.agent.records import RankStrategyRecord
 from rallypoint.agent.report import FailureReport, WorkerFailure, failures_from_store
@@ -343,6 +343,13 @@ class ElasticAgent:
             f"round {result.round}, attempt {restarts}: {result.num_nodes} node(s), {assignment.world_size} "
             f"worker(s); group rank {result.group_rank} runs ranks {sorted(contexts)}; store {store}"
         )
+        tee = self.settings.tee
+        if restarts == 0 and isinstance(tee, tuple) and not any(tee_selects(tee, w.rank) for w in assignment):
+            self.say(
+                f"tee {list(tee)} selects no rank of this job (ranks 0..{assignment.world_size - 1}): "
+                "no worker output reaches the console; the log files under "
+                f"{self.settings.log_dir} have all of it"
+            )
         group = WorkerGroup(logs=logs)
         self._group = group
         # Worker rank 0 serves the env:// store. torch's clients back off for about half a second
