@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from rallypoint.core.config import ConfigSection, Section
+from rallypoint.core.config import ConfigSection, Duration, Section
 
 __all__ = ["RPC_SECTION", "RpcSection"]
 
@@ -24,6 +24,12 @@ class RpcSection(Section):
     serializer: Literal["safe", "pickle"] = Field(
         default="safe", description='How values travel; "pickle" is an explicit opt-in.'
     )
+    timeout: Duration = Field(default=60.0, description="Default timeout of a call (0: none).")
+    allow: list[str] = Field(
+        default_factory=list,
+        description='Modules whose public functions and classes peers may call ("pkg" or "pkg.*").',
+    )
+    num_worker_threads: int = Field(default=16, ge=1, le=1024, description="Threads that run incoming calls.")
     options: dict[str, Any] = Field(default_factory=dict, description="The transport's own options.")
 
 

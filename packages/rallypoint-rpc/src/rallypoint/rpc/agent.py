@@ -1,0 +1,337 @@
+"""One worker's RPC endpoint: sends calls, runs the calls it receives, owns and holds RRefs.
+
+:class:`RpcAgent` is transport-agnostic: it turns calls into frames (:mod:`~rallypoint.rpc.wire`),
+hands them to its :class:`~rallypoint.rpc.transport.RpcTransport`, and runs what arrives through
+:meth:`RpcAgent.handle`. Several agents may live in one process (tests do this); the module-level
+API (:mod:`rallypoint.rpc.api`) uses the process's agent, or the one running the current call.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import itertools
+import threading
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from rallypoint.rpc.errors import RpcError, RpcRefused, RpcTimeout, SerializationError, WorkerUnavailable
+from rallypoint.rpc.exposure import Exposure
+from rallypoint.rpc.futures import Future
+from rallypoint.rpc.refs import HolderTable, OwnerTable
+from rallypoint.rpc.remote_errors import describe_exception, rebuild_exception
+from rallypoint.rpc.serialization import Decoder, Encoder, dumps_tree, loads_tree
+from rallypoint.rpc.transport import RpcTransport, TransportRefused, TransportTimeout
+from rallypoint.rpc.wire import pack, unpack
+
+__all__ = ["CURRENT_AGENT", "RpcAgent", "WorkerInfo"]
+
+#: The agent running the call in progress in this thread (set by :meth:`RpcAgent.handle`).
+CURRENT_AGENT: contextvars.ContextVar[RpcAgent | None] = contextvars.ContextVar("rallypoint_rpc_agent", default=None)
+_VERSION = 1
+
+
+@dataclass(frozen=True)
+class WorkerInfo:
+    """A worker of the RPC group: its unique ``name`` and its ``id`` (its rank)."""
+
+    name: str
+    id: int
+    address: str = field(default="", compare=False, repr=False)
+
+
+class RpcAgent:
+    """The RPC state of one worker.
+
+    Args:
+        info: this worker's name and rank.
+        transport: the transport, not yet serving.
+        exposure: what peers may call here.
+        allow_pickle: ``serializer = "pickle"`` (both ways).
+        timeout: the default timeout of a call in seconds (0: none).
+    """
+
+    def __init__(
+        self,
+        info: WorkerInfo,
+        transport: RpcTransport,
+        *,
+        exposure: Exposure | None = None,
+        allow_pickle: bool = False,
+        timeout: float = 60.0,
+    ) -> None:
+        self.info = info
+        self.transport = transport
+        self.exposure = exposure or Exposure(everything=allow_pickle)
+        self.allow_pickle = allow_pickle
+        self.serializer = "pickle" if allow_pickle else "safe"
+        self.timeout = timeout
+        self.peers: dict[str, WorkerInfo] = {}
+        self.owned = OwnerTable()
+        self.held = HolderTable(self._give_back)
+        self.decoder = Decoder(self.exposure, info.name, allow_pickle=allow_pickle, make_rref=self._received_rref)
+        self._ids = itertools.count()
+        self._pending: set[Future[Any]] = set()
+        self._pending_lock = threading.Condition()
+        self._completer = ThreadPoolExecutor(4, thread_name_prefix=f"rpc-{info.name}-reply")
+        self._closed = False
+        self._ops: dict[str, Callable[[dict[str, Any], list[Any]], Any]] = {
+            "call": self._op_call,
+            "remote": self._op_remote,
+            "method": self._op_method,
+            "fetch": self._op_fetch,
+            "incref": self._op_incref,
+            "decref": self._op_decref,
+        }
+
+    # ----------------------------------------------------------------- group
+    def serve(self, host: str) -> WorkerInfo:
+        """Start the transport's server; returns this worker's info with its address."""
+        address = self.transport.serve(self.handle, host)
+        self.info = WorkerInfo(self.info.name, self.info.id, address)
+        return self.info
+
+    def set_peers(self, peers: Iterable[WorkerInfo]) -> None:
+        """The group's workers (this one included)."""
+        self.peers = {p.name: p for p in peers}
+
+    def worker(self, to: str | int | WorkerInfo) -> WorkerInfo:
+        """The peer named by a name, a rank or a :class:`WorkerInfo`."""
+        if isinstance(to, WorkerInfo):
+            to = to.name
+        if isinstance(to, int) and not isinstance(to, bool):
+            for peer in self.peers.values():
+                if peer.id == to:
+                    return peer
+        elif isinstance(to, str) and to in self.peers:
+            return self.peers[to]
+        names = ", ".join(sorted(self.peers)) or "none"
+        raise ValueError(f"unknown RPC worker {to!r}; the workers are: {names}")
+
+    def effective_timeout(self, timeout: float | None) -> float | None:
+        """``None``: the default; ``0``: no timeout (``None`` returned)."""
+        value = self.timeout if timeout is None else timeout
+        return None if value <= 0 else value
+
+    # --------------------------------------------------------------- sending
+    def send(
+        self, to: WorkerInfo, header: dict[str, Any], values: dict[str, Any], timeout: float | None, what: str
+    ) -> Future[Any]:
+        """Send one request; the future completes with the decoded reply (or the remote error)."""
+        if self._closed:
+            raise RpcError(f"RPC on {self.info.name} is shut down; cannot call {what} on {to.name}")
+        enc = Encoder(allow_pickle=self.allow_pickle)
+        for key, value in values.items():
+            header[key] = enc.add(value)
+        limit = self.effective_timeout(timeout)
+        header.update(v=_VERSION, src=self.info.name, ser=self.serializer, timeout=limit)
+        self._grant(enc.out.rrefs, to.name, limit)
+        frame = pack(dumps_tree(header), enc.out.buffers)
+        fut: Future[Any] = Future()
+        self._track(fut)
+
+        def reply(data: bytes | None, error: BaseException | None) -> None:
+            try:
+                self._completer.submit(self._complete, fut, to, what, limit, data, error)
+            except RuntimeError:  # the completer is shut down (a reply after shutdown)
+                fut.set_exception(RpcError(f"RPC on {self.info.name} was shut down before {what} completed"))
+
+        self.transport.call(to.address, frame, limit, reply)
+        return fut
+
+    def _track(self, fut: Future[Any]) -> None:
+        with self._pending_lock:
+            self._pending.add(fut)
+
+        def untrack(done: Future[Any]) -> None:
+            with self._pending_lock:
+                self._pending.discard(done)
+                self._pending_lock.notify_all()
+
+        fut.add_done_callback(untrack)
+
+    def _complete(
+        self,
+        fut: Future[Any],
+        to: WorkerInfo,
+        what: str,
+        limit: float | None,
+        data: bytes | None,
+        error: BaseException | None,
+    ) -> None:
+        if error is not None:
+            fut.set_exception(self._transport_error(to, what, limit, error))
+            return
+        try:
+            header, bufs = unpack(data or b"")
+            tree = loads_tree(header)
+            if not isinstance(tree, dict):
+                raise SerializationError(f"malformed reply from {to.name}")
+            if "err" in tree:
+                fut.set_exception(rebuild_exception(tree["err"], self.decoder))
+            else:
+                fut.set_result(self.decoder.decode(tree.get("ok"), bufs))
+        except BaseException as exc:  # noqa: BLE001 - handed to whoever waits on the future
+            fut.set_exception(exc)
+
+    def _transport_error(self, to: WorkerInfo, what: str, limit: float | None, error: BaseException) -> BaseException:
+        if isinstance(error, TransportTimeout):
+            return RpcTimeout(to.name, what, limit or 0.0)
+        if isinstance(error, TransportRefused):
+            return RpcRefused(f"{to.name} refused {what}: {error}")
+        return WorkerUnavailable(f"{to.name} (rank {to.id}, {to.address})", f"{what} failed: {error}")
+
+    def _grant(self, rrefs: list[Any], receiver: str, limit: float | None) -> None:
+        """Count a reference for ``receiver`` at each RRef's owner before the message leaves."""
+        for rref in rrefs:
+            owner = rref.owner_name()
+            if owner == self.info.name:
+                self.owned.incref(rref.rref_id)
+            else:
+                header = {"op": "incref", "rref": rref.rref_id, "n": 1, "holder": receiver}
+                self.send(self.worker(owner), header, {}, limit, f"RRef {rref.rref_id} (incref)").wait()
+
+    def wait_idle(self, timeout: float | None = None) -> bool:
+        """Wait until no call sent from here is outstanding; ``False`` if ``timeout`` passed first."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._pending_lock:
+            while self._pending:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return False
+                self._pending_lock.wait(left)
+        return True
+
+    # -------------------------------------------------------------- RRefs
+    def new_rref_id(self) -> str:
+        """A fresh id, unique in the group: ``<rank>.<counter>``."""
+        return f"{self.info.id}.{next(self._ids)}"
+
+    def make_rref(self, rref_id: str, owner: str, creation: Future[Any] | None = None) -> Any:
+        """A local RRef object for ``rref_id`` owned by ``owner``, carrying one credit."""
+        from rallypoint.rpc.rref import RRef
+
+        return RRef._attach(self, rref_id, self.worker(owner), creation)
+
+    def _received_rref(self, rref_id: str, owner: str) -> Any:
+        if owner not in self.peers:
+            raise SerializationError(f"{self.info.name} received an RRef owned by unknown worker {owner!r}")
+        return self.make_rref(rref_id, owner)
+
+    def _give_back(self, owner: str, rref_id: str, credits: int) -> None:
+        if owner == self.info.name:
+            self.owned.decref(rref_id, credits)
+            return
+        if self._closed or owner not in self.peers:
+            return
+        header = {"op": "decref", "rref": rref_id, "n": credits}
+        with contextlib.suppress(RpcError):  # shut down meanwhile: the owner frees everything at its shutdown
+            self.send(self.peers[owner], header, {}, None, f"RRef {rref_id} (decref)")
+
+    # -------------------------------------------------------------- serving
+    def handle(self, frame: bytes) -> bytes:
+        """Run one request frame and return the reply frame. Never raises."""
+        token = CURRENT_AGENT.set(self)
+        src = "?"
+        try:
+            header, bufs = unpack(frame)
+            tree = loads_tree(header)
+            if not isinstance(tree, dict) or tree.get("v") != _VERSION:
+                raise SerializationError(f"{self.info.name} received a message of an unknown version")
+            src = str(tree.get("src", "?"))
+            if tree.get("ser") != self.serializer and not self.allow_pickle:
+                raise RpcRefused(
+                    f"{self.info.name} refused a call from {src} made with the {tree.get('ser')!r} serializer: "
+                    'this worker uses the safe one (set serializer = "pickle" on every worker to opt in)'
+                )
+            op = self._ops.get(str(tree.get("op")))
+            if op is None:
+                raise RpcRefused(f"{self.info.name} refused an unknown operation {tree.get('op')!r} from {src}")
+            return self._reply(src, op(tree, bufs))
+        except BaseException as exc:  # noqa: BLE001 - every failure goes back to the caller
+            return pack(dumps_tree({"err": describe_exception(exc, self.info.name)}))
+        finally:
+            CURRENT_AGENT.reset(token)
+
+    def _reply(self, src: str, result: Any) -> bytes:
+        enc = Encoder(allow_pickle=self.allow_pickle)
+        tree = {"ok": enc.add(result)}
+        if enc.out.rrefs:
+            self._grant(enc.out.rrefs, src, self.timeout or None)
+        return pack(dumps_tree(tree), enc.out.buffers)
+
+    def _args(self, tree: dict[str, Any], bufs: list[Any]) -> tuple[list[Any], dict[str, Any]]:
+        args = self.decoder.decode(tree.get("args", []), bufs)
+        kwargs = self.decoder.decode(tree.get("kwargs", {"$": "dict", "items": []}), bufs)
+        if (
+            not isinstance(args, list | tuple)
+            or not isinstance(kwargs, dict)
+            or not all(isinstance(k, str) for k in kwargs)
+        ):
+            raise SerializationError(f"malformed arguments received by {self.info.name}")
+        return list(args), kwargs
+
+    def _op_call(self, tree: dict[str, Any], bufs: list[Any]) -> Any:
+        fn = self.exposure.resolve(str(tree.get("fn")), worker=self.info.name)
+        args, kwargs = self._args(tree, bufs)
+        return fn(*args, **kwargs)
+
+    def _op_remote(self, tree: dict[str, Any], bufs: list[Any]) -> None:
+        new_id = str(tree.get("new"))
+        self.owned.incref(new_id)  # the creator's reference
+        try:
+            value = self._op_method(tree, bufs) if "rref" in tree else self._op_call(tree, bufs)
+        except BaseException as exc:
+            self.owned.set(new_id, error=exc)
+            raise
+        self.owned.set(new_id, value)
+
+    def _owned_value(self, tree: dict[str, Any]) -> Any:
+        rref_id = str(tree.get("rref"))
+        timeout = tree.get("timeout")
+        entry = self.owned.get(rref_id, timeout if isinstance(timeout, int | float) else None)
+        if entry is None:
+            raise RpcError(f"RRef {rref_id} is unknown to its owner {self.info.name} (deleted, or never created)")
+        if entry.error is not None:
+            raise entry.error
+        return entry.value
+
+    def _op_method(self, tree: dict[str, Any], bufs: list[Any]) -> Any:
+        name = str(tree.get("method"))
+        if not name.isidentifier() or name.startswith("_"):
+            raise RpcRefused(f"{self.info.name} refused a call to method {name!r}: private or not a name")
+        obj = self._owned_value(tree)
+        self.exposure.check_class(type(obj), worker=self.info.name)
+        method = getattr(obj, name, None)
+        if not callable(method):
+            raise AttributeError(f"{type(obj).__qualname__} has no method {name!r} (on {self.info.name})")
+        args, kwargs = self._args(tree, bufs)
+        return method(*args, **kwargs)
+
+    def _op_fetch(self, tree: dict[str, Any], bufs: list[Any]) -> Any:
+        return self._owned_value(tree)
+
+    def _op_incref(self, tree: dict[str, Any], bufs: list[Any]) -> None:
+        self.owned.incref(str(tree.get("rref")), _count(tree))
+
+    def _op_decref(self, tree: dict[str, Any], bufs: list[Any]) -> None:
+        self.owned.decref(str(tree.get("rref")), _count(tree))
+
+    # ------------------------------------------------------------- shutdown
+    def close(self) -> None:
+        """Stop serving and drop every RRef (after the group-wide drain, see :mod:`~rallypoint.rpc.api`)."""
+        self._closed = True
+        self.held.clear()
+        self.owned.clear()
+        self.transport.close()
+        self._completer.shutdown(wait=False)
+
+
+def _count(tree: dict[str, Any]) -> int:
+    n = tree.get("n")
+    if not isinstance(n, int) or isinstance(n, bool) or not 0 < n < 1 << 40:
+        raise SerializationError("malformed reference count")
+    return n

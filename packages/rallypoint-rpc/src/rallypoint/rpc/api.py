@@ -1,0 +1,224 @@
+"""The module-level API, shaped like ``torch.distributed.rpc``: change the import, keep the code."""
+
+from __future__ import annotations
+
+import gc
+import logging
+import os
+import re
+import threading
+import warnings
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+from rallypoint.rpc.agent import CURRENT_AGENT, RpcAgent, WorkerInfo
+from rallypoint.rpc.errors import RpcError
+from rallypoint.rpc.exposure import Exposure, callable_path
+from rallypoint.rpc.futures import Future
+from rallypoint.rpc.group import StoreGroup
+from rallypoint.rpc.options import RpcOptions, make_transport
+from rallypoint.rpc.rref import RRef
+
+__all__ = [
+    "current_agent",
+    "get_rpc_timeout",
+    "get_worker_info",
+    "init_rpc",
+    "remote",
+    "rpc_async",
+    "rpc_sync",
+    "shutdown",
+]
+
+log = logging.getLogger("rallypoint.rpc")
+T = TypeVar("T")
+_NAME = re.compile(r"^[A-Za-z0-9_:.-]{1,127}$")
+_STATE: dict[str, Any] = {"agent": None, "group": None}
+_LOCK = threading.Lock()
+
+
+def current_agent() -> RpcAgent:
+    """The agent of this process (or the one running the current incoming call)."""
+    agent = CURRENT_AGENT.get() or _STATE["agent"]
+    if agent is None:
+        raise RpcError("RPC is not initialized in this process: call rallypoint.rpc.init_rpc(name) first")
+    return agent
+
+
+def _env_int(name: str, environ: Mapping[str, str]) -> int:
+    value = environ.get(name)
+    if value is None or not value.isdigit():
+        raise RpcError(f"init_rpc: pass {name.lower()}= or run under `rallypoint run` (which sets {name})")
+    return int(value)
+
+
+def init_rpc(
+    name: str,
+    rank: int | None = None,
+    world_size: int | None = None,
+    options: RpcOptions | None = None,
+    *,
+    environ: Mapping[str, str] | None = None,
+) -> None:
+    """Join the RPC group as ``name`` and start serving calls.
+
+    Under ``rallypoint run`` everything comes from the environment: the rank and world size
+    (``RANK``, ``WORLD_SIZE``), the store the workers meet in (``MASTER_ADDR``/``MASTER_PORT``)
+    and the job's ``[rpc]`` section (``options``, when not given). Returns once every worker
+    of the group has joined.
+
+    Raises:
+        RpcError: already initialized, a bad name, no store, no transport, duplicate names.
+    """
+    env = os.environ if environ is None else environ
+    if not _NAME.match(name):
+        raise RpcError(f"invalid RPC worker name {name!r}: use 1-127 characters among A-Z a-z 0-9 _ : . -")
+    rank = _env_int("RANK", env) if rank is None else rank
+    world_size = _env_int("WORLD_SIZE", env) if world_size is None else world_size
+    opts = options if options is not None else RpcOptions.from_environment(env)
+    with _LOCK:
+        if _STATE["agent"] is not None:
+            raise RpcError(f"init_rpc called twice in this process (already {_STATE['agent'].info.name})")
+        if opts.serializer == "pickle":
+            message = (
+                f"RPC worker {name} uses the pickle serializer ({opts.source}): any peer holding the job's token "
+                "can run arbitrary code here; use it only on a trusted cluster"
+            )
+            log.warning(message)
+            warnings.warn(message, stacklevel=2)
+        group = StoreGroup.connect(rank, world_size, opts.init_method, opts.init_timeout, env)
+        transport = make_transport(opts, group.token())
+        agent = RpcAgent(
+            WorkerInfo(name, rank),
+            transport,
+            exposure=Exposure(opts.allow, everything=opts.serializer == "pickle"),
+            allow_pickle=opts.serializer == "pickle",
+            timeout=opts.rpc_timeout,
+        )
+        me = agent.serve(opts.host or group.host)
+        agent.set_peers(group.exchange(me))
+        group.barrier("joined", opts.init_timeout)
+        _STATE.update(agent=agent, group=group)
+
+
+def shutdown(graceful: bool = True, timeout: float = 0) -> None:
+    """Leave the group.
+
+    Graceful (default): wait until no worker has calls outstanding (this one's, then every
+    other's: a group-wide barrier), then stop serving. ``graceful=False`` stops at once.
+
+    Args:
+        graceful: wait for the group.
+        timeout: seconds for each wait (``0``: no limit).
+    """
+    with _LOCK:
+        agent, group = _STATE["agent"], _STATE["group"]
+        if agent is None:
+            return
+        try:
+            if graceful:
+                limit = timeout or None
+                gc.collect()
+                agent.wait_idle(limit)
+                group.barrier("drained", limit)
+                gc.collect()  # references dropped by the last calls give their credits back now
+                agent.wait_idle(limit)
+                group.barrier("stopping", limit)
+        finally:
+            _STATE.update(agent=None, group=None)
+            agent.close()
+            if graceful:
+                group.close()
+
+
+def get_worker_info(worker_name: str | None = None) -> WorkerInfo:
+    """The :class:`WorkerInfo` of ``worker_name`` (this worker's when ``None``)."""
+    agent = current_agent()
+    return agent.info if worker_name is None else agent.worker(worker_name)
+
+
+def get_rpc_timeout() -> float:
+    """The default timeout of a call, in seconds (``0``: none)."""
+    return current_agent().timeout
+
+
+def rpc_async(
+    to: str | int | WorkerInfo,
+    func: Callable[..., T],
+    args: tuple[Any, ...] | list[Any] | None = None,
+    kwargs: dict[str, Any] | None = None,
+    timeout: float | None = None,
+) -> Future[T]:
+    """Run ``func(*args, **kwargs)`` on ``to``; returns a :class:`Future` of the result.
+
+    Args:
+        to: the callee: its name, rank or :class:`WorkerInfo`.
+        func: an exposed function or class (or one in an ``allow``-ed module).
+        args: positional arguments (plain data, tensors, RRefs, instances of exposed classes).
+        kwargs: keyword arguments (the same kinds of values).
+        timeout: seconds (``None``: the default; ``0``: none).
+    """
+    agent = current_agent()
+    peer = agent.worker(to)
+    path = callable_path(func)
+    values = {"args": list(args or ()), "kwargs": dict(kwargs or {})}
+    return agent.send(peer, {"op": "call", "fn": path}, values, timeout, f"{peer.name}:{path}")
+
+
+def rpc_sync(
+    to: str | int | WorkerInfo,
+    func: Callable[..., T],
+    args: tuple[Any, ...] | list[Any] | None = None,
+    kwargs: dict[str, Any] | None = None,
+    timeout: float | None = None,
+) -> T:
+    """Run ``func(*args, **kwargs)`` on ``to`` and return its result (see :func:`rpc_async`)."""
+    return rpc_async(to, func, args, kwargs, timeout).wait()
+
+
+def _remote_call(
+    agent: RpcAgent,
+    peer: WorkerInfo,
+    header: dict[str, Any],
+    args: Any,
+    kwargs: Any,
+    timeout: float | None,
+    what: str,
+) -> RRef[Any]:
+    new_id = agent.new_rref_id()
+    header.update(op="remote", new=new_id)
+    creation = agent.send(peer, header, {"args": list(args or ()), "kwargs": dict(kwargs or {})}, timeout, what)
+    return agent.make_rref(new_id, peer.name, creation)  # type: ignore[no-any-return]
+
+
+def remote(
+    to: str | int | WorkerInfo,
+    func: Callable[..., T],
+    args: tuple[Any, ...] | list[Any] | None = None,
+    kwargs: dict[str, Any] | None = None,
+    timeout: float | None = None,
+) -> RRef[T]:
+    """Run ``func(*args, **kwargs)`` on ``to`` and return an :class:`RRef` to the result, owned by ``to``.
+
+    Returns at once; a failure of the call surfaces on the RRef's first use (``to_here()``, a
+    method call through a proxy), with the remote exception.
+    """
+    agent = current_agent()
+    peer = agent.worker(to)
+    path = callable_path(func)
+    return _remote_call(agent, peer, {"fn": path}, args, kwargs, timeout, f"{peer.name}:{path}")
+
+
+class use_agent:
+    """Make ``agent`` the current one in this thread (several agents in one process, as in tests)."""
+
+    def __init__(self, agent: RpcAgent) -> None:
+        self._agent = agent
+        self._token: Any = None
+
+    def __enter__(self) -> RpcAgent:
+        self._token = CURRENT_AGENT.set(self._agent)
+        return self._agent
+
+    def __exit__(self, *exc: object) -> None:
+        CURRENT_AGENT.reset(self._token)

@@ -1,0 +1,141 @@
+"""What a worker lets its peers call: ``@rpc.expose`` and the ``[rpc] allow`` module patterns.
+
+A callable travels as its import path (``"package.module:QualName"``). The receiving worker
+resolves the path itself, and only to
+
+* an object marked with :func:`expose` in a module that is already imported there (a peer never
+  makes a worker import a module that way), or
+* any public object of a module that matches one of the ``allow`` patterns (``"mypkg"`` allows
+  ``mypkg`` and its submodules; ``"mypkg.*"`` only the submodules): these are imported on demand.
+
+Methods are resolved through their class (``"mod:Counter.add"``): the class must be exposed (or
+allowed) and the method public. Names with a leading underscore are never callable remotely.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
+
+from rallypoint.rpc.errors import RpcRefused, SerializationError
+
+__all__ = ["Exposure", "callable_path", "expose", "is_exposed"]
+
+_MARK = "__rallypoint_rpc_exposed__"
+T = TypeVar("T")
+
+
+def expose(obj: T) -> T:
+    """Let peers call a function, construct a class and call its public methods.
+
+    Instances of an exposed class may also travel as values (as their state). Use it as a
+    decorator::
+
+        @rpc.expose
+        class Counter: ...
+    """
+    try:
+        setattr(obj, _MARK, True)
+    except (AttributeError, TypeError):
+        raise TypeError(f"cannot mark {obj!r} as exposed; wrap it in a function of your own") from None
+    return obj
+
+
+def is_exposed(obj: Any) -> bool:
+    """Whether ``obj`` itself (not its class or a base class) is marked with :func:`expose`."""
+    namespace = getattr(obj, "__dict__", None)
+    return namespace is not None and bool(namespace.get(_MARK, False))
+
+
+def callable_path(fn: Any) -> str:
+    """The import path ``"module:QualName"`` of a function, class or method a peer can resolve.
+
+    Raises:
+        SerializationError: a lambda, a nested function or an object without a module.
+    """
+    module = getattr(fn, "__module__", None)
+    qualname = getattr(fn, "__qualname__", None)
+    if not isinstance(module, str) or not isinstance(qualname, str):
+        raise SerializationError(f"{fn!r} cannot be called remotely: it has no module and qualified name")
+    if "<" in qualname:
+        raise SerializationError(
+            f"{module}.{qualname} cannot be called remotely: lambdas and nested functions have no import path; "
+            "define it at module level and decorate it with @rpc.expose"
+        )
+    return f"{module}:{qualname}"
+
+
+def _matches(module: str, pattern: str) -> bool:
+    if pattern.endswith(".*"):
+        return module.startswith(pattern[:-1])
+    return module == pattern or module.startswith(pattern + ".")
+
+
+class Exposure:
+    """The resolution rules of one worker (its ``allow`` patterns)."""
+
+    def __init__(self, allow: Iterable[str] = (), *, everything: bool = False) -> None:
+        self.allow = tuple(allow)
+        #: ``serializer = "pickle"``: any importable public object (a trusted cluster).
+        self.everything = everything
+
+    def allowed_module(self, module: str) -> bool:
+        """Whether ``module`` matches an ``allow`` pattern."""
+        return self.everything or any(_matches(module, p) for p in self.allow)
+
+    def resolve(self, path: str, *, worker: str) -> Callable[..., Any]:
+        """The object at ``path``, if this worker lets peers call it.
+
+        Raises:
+            RpcRefused: malformed path, private name, module not imported (and not allowed),
+                object not exposed. Nothing is executed.
+        """
+        module_name, sep, qualname = path.partition(":")
+        parts = qualname.split(".")
+        if not sep or not module_name or not qualname or any(not p.isidentifier() for p in parts):
+            raise RpcRefused(f"{worker} refused a call to {path!r}: not a 'module:QualName' path")
+        if any(p.startswith("_") for p in parts):
+            raise RpcRefused(f"{worker} refused a call to {path}: names starting with '_' are never callable remotely")
+        allowed = self.allowed_module(module_name)
+        module = sys.modules.get(module_name)
+        if module is None:
+            if not allowed:
+                raise RpcRefused(
+                    f"{worker} refused a call to {path}: module {module_name} is not imported there and not in "
+                    "[rpc] allow; import it before init_rpc or add it to [rpc] allow"
+                )
+            try:
+                module = importlib.import_module(module_name)
+            except ImportError as exc:
+                raise RpcRefused(f"{worker} cannot import {module_name} for {path}: {exc}") from None
+        fn: Callable[..., Any] = self._walk(module, parts, path, allowed=allowed, worker=worker)
+        return fn
+
+    def _walk(self, module: Any, parts: list[str], path: str, *, allowed: bool, worker: str) -> Any:
+        obj: Any = module
+        exposed_owner = False
+        for i, part in enumerate(parts):
+            obj = getattr(obj, part, None)
+            if obj is None:
+                raise RpcRefused(f"{worker} refused a call to {path}: {'.'.join(parts[: i + 1])} does not exist there")
+            if i < len(parts) - 1:
+                if not isinstance(obj, type):
+                    raise RpcRefused(f"{worker} refused a call to {path}: only class attributes can be named")
+                exposed_owner = exposed_owner or is_exposed(obj)
+        if allowed or is_exposed(obj) or exposed_owner:
+            if not callable(obj):
+                raise RpcRefused(f"{worker} refused a call to {path}: it is not callable")
+            return obj
+        raise RpcRefused(
+            f"{worker} refused a call to {path}: it is not exposed; decorate it with @rpc.expose "
+            "or list its module in [rpc] allow"
+        )
+
+    def check_class(self, cls: type, *, worker: str) -> None:
+        """Refuse to rebuild an instance of ``cls`` unless it is exposed or allowed."""
+        if not (is_exposed(cls) or self.allowed_module(cls.__module__)):
+            raise RpcRefused(
+                f"{worker} refused an instance of {cls.__module__}.{cls.__qualname__}: the class is not exposed"
+            )

@@ -1,0 +1,95 @@
+"""The future that :func:`rpc_async` returns (the subset of ``torch.futures.Future`` RPC code uses)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar
+
+__all__ = ["Future"]
+
+T = TypeVar("T")
+S = TypeVar("S")
+
+
+class Future(Generic[T]):
+    """The result of an asynchronous call: :meth:`wait`, :meth:`then`, :meth:`done`.
+
+    Callbacks run in the thread that completes the future (or at once, if it is already done).
+    """
+
+    def __init__(self) -> None:
+        self._done = threading.Event()
+        self._lock = threading.Lock()
+        self._result: Any = None
+        self._error: BaseException | None = None
+        self._callbacks: list[Callable[[Future[T]], Any]] = []
+
+    def done(self) -> bool:
+        """Whether the result (or an error) is in."""
+        return self._done.is_set()
+
+    def wait(self, timeout: float | None = None) -> T:
+        """Block until the call completes and return its result (or raise its error).
+
+        Args:
+            timeout: seconds to wait at most (``None``: the call's own timeout applies).
+
+        Raises:
+            TimeoutError: ``timeout`` passed first.
+        """
+        if not self._done.wait(timeout):
+            raise TimeoutError(f"the future was not completed within {timeout:g}s")
+        if self._error is not None:
+            raise self._error
+        return self._result  # type: ignore[no-any-return]
+
+    def value(self) -> T:
+        """The result of a completed future (raises its error). Same as :meth:`wait` once done."""
+        return self.wait()
+
+    def exception(self) -> BaseException | None:
+        """The error of a completed future, ``None`` if it succeeded or is still running."""
+        return self._error
+
+    def set_result(self, result: T) -> None:
+        """Complete the future with ``result`` (only the first completion counts)."""
+        self._complete(result, None)
+
+    def set_exception(self, error: BaseException) -> None:
+        """Complete the future with ``error`` (only the first completion counts)."""
+        self._complete(None, error)
+
+    def _complete(self, result: Any, error: BaseException | None) -> None:
+        with self._lock:
+            if self._done.is_set():
+                return
+            self._result, self._error = result, error
+            self._done.set()
+            callbacks, self._callbacks = self._callbacks, []
+        for callback in callbacks:
+            callback(self)
+
+    def add_done_callback(self, callback: Callable[[Future[T]], Any]) -> None:
+        """Run ``callback(future)`` once the future completes; its result is ignored."""
+        with self._lock:
+            if not self._done.is_set():
+                self._callbacks.append(callback)
+                return
+        callback(self)
+
+    def then(self, callback: Callable[[Future[T]], S]) -> Future[S]:
+        """A new future completed with ``callback(self)`` once this one completes.
+
+        An exception raised by ``callback`` completes the new future with that exception.
+        """
+        chained: Future[S] = Future()
+
+        def run(fut: Future[T]) -> None:
+            try:
+                chained.set_result(callback(fut))
+            except BaseException as exc:  # noqa: BLE001 - handed to whoever waits on the chained future
+                chained.set_exception(exc)
+
+        self.add_done_callback(run)
+        return chained

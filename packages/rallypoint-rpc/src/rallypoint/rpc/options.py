@@ -1,0 +1,100 @@
+"""Options of :func:`~rallypoint.rpc.init_rpc`, from the caller or from the job's ``[rpc]`` section."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from rallypoint.rpc.errors import RpcError
+
+__all__ = ["RpcOptions", "make_transport"]
+
+
+@dataclass
+class RpcOptions:
+    """How this worker joins the RPC group.
+
+    Attributes:
+        rpc_timeout: default timeout of a call in seconds (``0``: none).
+        serializer: ``"safe"`` (default) or ``"pickle"`` (explicit opt-in; logs a warning).
+        allow: modules whose public functions and classes peers may call (``"pkg"``, ``"pkg.*"``).
+        transport: the RPC transport's name (``rallypoint plugins list`` shows those installed).
+        transport_options: the transport's options: its model instance or a dict to validate.
+        num_worker_threads: threads that run incoming calls.
+        init_method: ``"tcp://HOST:PORT"`` of the store the workers meet in; default (``None`` or
+            ``"env://"``): ``MASTER_ADDR``/``MASTER_PORT``, or the default process group's store
+            when ``torch.distributed`` is initialized.
+        init_timeout: seconds to wait for every worker to join (and to leave, at shutdown).
+        host: the address this worker serves on (default: the one that routes to the store).
+    """
+
+    rpc_timeout: float = 60.0
+    serializer: Literal["safe", "pickle"] = "safe"
+    allow: Sequence[str] = ()
+    transport: str = "grpc"
+    transport_options: Any = None
+    num_worker_threads: int = 16
+    init_method: str | None = None
+    init_timeout: float = 300.0
+    host: str | None = None
+    source: str = field(default="init_rpc options", repr=False)
+
+    @classmethod
+    def from_environment(cls, environ: Mapping[str, str] | None = None) -> RpcOptions:
+        """The job's ``[rpc]`` section when running under ``rallypoint run`` (``RALLYPOINT_CONFIG``).
+
+        Without a job file, or a job without ``[rpc]``, the defaults.
+        """
+        env = os.environ if environ is None else environ
+        path = env.get("RALLYPOINT_CONFIG")
+        if not path:
+            return cls(source="defaults")
+        from rallypoint.core.config import load_job_config, resolve_config
+        from rallypoint.core.plugins import get_plugin_manager
+        from rallypoint.rpc.config import RpcSection
+
+        pm = get_plugin_manager(environ=dict(env))
+        resolved = resolve_config(load_job_config(path, pm, environ=env), pm)
+        section = resolved.section_or_none(RpcSection)
+        if section is None:
+            return cls(source=f"{path} (no [rpc] section: defaults)")
+        selection = resolved.selection("rpc.transport")
+        return cls(
+            rpc_timeout=section.timeout,
+            serializer=section.serializer,
+            allow=tuple(section.allow),
+            transport=section.transport,
+            transport_options=selection.options if selection is not None else None,
+            num_worker_threads=section.num_worker_threads,
+            source=f"[rpc] of {path}",
+        )
+
+
+def make_transport(options: RpcOptions, token: str) -> Any:
+    """The selected transport, built by its plugin's factory.
+
+    Raises:
+        RpcError: no such transport installed, or its options are invalid.
+    """
+    from pydantic import BaseModel, ValidationError
+
+    from rallypoint.core.errors import RallypointError
+    from rallypoint.core.plugins import get_plugin_manager
+    from rallypoint.core.records import load_object
+    from rallypoint.rpc.records import RPC_TRANSPORTS
+
+    try:
+        record = get_plugin_manager().registry(RPC_TRANSPORTS).get(options.transport, where=options.source)
+    except RallypointError as exc:
+        raise RpcError(str(exc)) from None
+    model = record.options_model
+    given = options.transport_options
+    if model is not None and not isinstance(given, BaseModel):
+        try:
+            given = model.model_validate(given or {})
+        except ValidationError as exc:
+            raise RpcError(f"invalid options for RPC transport {record.name} ({options.source}): {exc}") from None
+    factory = load_object(record.factory)
+    return factory(given, token=token, num_threads=options.num_worker_threads)

@@ -1,0 +1,305 @@
+"""How values travel: a JSON tree plus raw buffers. Nothing received is ever unpickled under ``safe``.
+
+A value becomes a JSON-compatible tree in which plain data stays as it is (``None``, booleans,
+integers, finite floats, strings, lists) and everything else is a tagged object ``{"$": tag, ...}``:
+tuples, dicts (any encodable keys), sets, bytes, non-finite floats, complex numbers, tensors
+(dtype, shape, strides, storage offset and a buffer index; the bytes travel beside the tree, not
+inside it), RRefs, exposed callables, and instances of exposed classes (their class path and
+their state, rebuilt without calling ``__init__``).
+
+With ``serializer = "pickle"`` any other object becomes a ``pickle`` leaf. A worker with the
+safe serializer refuses a message that holds one, before anything runs.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import pickle
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from rallypoint.rpc.errors import RpcRefused, SerializationError
+from rallypoint.rpc.exposure import Exposure, callable_path, is_exposed
+
+__all__ = ["Decoder", "Encoded", "Encoder", "MAX_DEPTH", "TENSOR_DTYPES"]
+
+#: Deepest nesting of containers a value may have (either way).
+MAX_DEPTH = 100
+#: Tensor dtypes that travel (by their torch name).
+TENSOR_DTYPES = (
+    "float16", "bfloat16", "float32", "float64", "complex64", "complex128",
+    "uint8", "int8", "int16", "int32", "int64", "bool",
+)  # fmt: skip
+
+
+@dataclass
+class Encoded:
+    """An encoded value: the JSON tree, the buffers it points at, the RRefs it holds."""
+
+    tree: Any
+    buffers: list[Any] = field(default_factory=list)
+    rrefs: list[Any] = field(default_factory=list)
+
+
+class Encoder:
+    """Turns values into :class:`Encoded` trees (one encoder per message).
+
+    Args:
+        allow_pickle: pickle what the safe rules cannot express (``serializer = "pickle"``).
+    """
+
+    def __init__(self, *, allow_pickle: bool = False) -> None:
+        self.allow_pickle = allow_pickle
+        self.out = Encoded(tree=None)
+
+    def add(self, value: Any) -> Any:
+        """Encode ``value`` into this message; returns its tree (buffers and RRefs are collected)."""
+        return self._enc(value, 0)
+
+    def _buffer(self, data: Any) -> int:
+        self.out.buffers.append(data)
+        return len(self.out.buffers) - 1
+
+    def _enc(self, v: Any, depth: int) -> Any:
+        if depth > MAX_DEPTH:
+            raise SerializationError(f"value nested deeper than {MAX_DEPTH} levels")
+        if v is None or isinstance(v, bool | int | str):
+            return v
+        if isinstance(v, float):
+            return v if math.isfinite(v) else {"$": "float", "v": repr(v)}
+        if type(v) is list:
+            return [self._enc(x, depth + 1) for x in v]
+        if type(v) is tuple:
+            return {"$": "tuple", "items": [self._enc(x, depth + 1) for x in v]}
+        if type(v) is dict:
+            return {"$": "dict", "items": [[self._enc(k, depth + 1), self._enc(x, depth + 1)] for k, x in v.items()]}
+        if type(v) in (set, frozenset):
+            return {"$": type(v).__name__, "items": [self._enc(x, depth + 1) for x in v]}
+        if type(v) in (bytes, bytearray):
+            return {"$": type(v).__name__, "b": self._buffer(bytes(v))}
+        if isinstance(v, complex):
+            return {"$": "complex", "v": [repr(v.real), repr(v.imag)]}
+        return self._enc_object(v, depth)
+
+    def _enc_object(self, v: Any, depth: int) -> Any:
+        torch = sys.modules.get("torch")
+        if torch is not None and isinstance(v, torch.Tensor):
+            return self._enc_tensor(v)
+        from rallypoint.rpc.rref import RRef
+
+        if isinstance(v, RRef):
+            self.out.rrefs.append(v)
+            return {"$": "rref", "id": v.rref_id, "owner": v.owner_name()}
+        if callable(v) and is_exposed(v):
+            return {"$": "fn", "path": callable_path(v)}
+        if is_exposed(type(v)):
+            state = v.__getstate__()
+            return {"$": "obj", "cls": callable_path(type(v)), "state": self._enc(state, depth + 1)}
+        if self.allow_pickle:
+            return {"$": "pickle", "b": self._buffer(pickle.dumps(v, protocol=pickle.HIGHEST_PROTOCOL))}
+        raise SerializationError(
+            f"a {type(v).__module__}.{type(v).__qualname__} cannot travel under the safe serializer: send plain "
+            'data, tensors, RRefs or instances of @rpc.expose classes (or opt in to serializer = "pickle")'
+        )
+
+    def _enc_tensor(self, t: Any) -> Any:
+        import torch
+
+        if t.device.type != "cpu":
+            t = t.cpu()
+        if not t.is_contiguous():
+            t = t.contiguous()
+        t = t.detach()
+        dtype = str(t.dtype).removeprefix("torch.")
+        if dtype not in TENSOR_DTYPES:
+            raise SerializationError(f"tensors of dtype {dtype} cannot travel; supported: {', '.join(TENSOR_DTYPES)}")
+        raw = t.reshape(-1).view(torch.uint8).numpy() if t.numel() else b""
+        return {
+            "$": "tensor",
+            "dtype": dtype,
+            "shape": list(t.shape),
+            "strides": list(t.stride()),
+            "requires_grad": bool(t.requires_grad),
+            "b": self._buffer(memoryview(raw) if t.numel() else b""),
+        }
+
+
+class Decoder:
+    """Rebuilds values from a tree and its buffers, on the receiving worker.
+
+    Args:
+        exposure: which callables and classes this worker accepts.
+        worker: this worker's name (for errors).
+        allow_pickle: whether ``pickle`` leaves are accepted (``serializer = "pickle"``).
+        make_rref: builds the local RRef for ``(rref_id, owner_name)``.
+    """
+
+    def __init__(
+        self,
+        exposure: Exposure,
+        worker: str,
+        *,
+        allow_pickle: bool = False,
+        make_rref: Callable[[str, str], Any] | None = None,
+    ) -> None:
+        self.exposure = exposure
+        self.worker = worker
+        self.allow_pickle = allow_pickle
+        self.make_rref = make_rref
+
+    def decode(self, tree: Any, buffers: list[Any]) -> Any:
+        """The value of ``tree``. Raises :class:`RpcRefused` or :class:`SerializationError`."""
+        return self._dec(tree, buffers, 0)
+
+    def _dec(self, v: Any, bufs: list[Any], depth: int) -> Any:
+        if depth > MAX_DEPTH:
+            raise SerializationError(f"received value nested deeper than {MAX_DEPTH} levels")
+        if v is None or isinstance(v, bool | int | float | str):
+            return v
+        if isinstance(v, list):
+            return [self._dec(x, bufs, depth + 1) for x in v]
+        if not isinstance(v, dict) or not isinstance(v.get("$"), str):
+            raise SerializationError(f"malformed value received by {self.worker}")
+        tag = v["$"]
+        simple = _SIMPLE.get(tag)
+        if simple is not None:
+            return simple(self, v, bufs, depth)
+        if tag == "pickle":
+            if not self.allow_pickle:
+                raise RpcRefused(
+                    f"{self.worker} refused a pickled value: it uses the safe serializer "
+                    '(serializer = "pickle" must be set on every worker to accept pickles)'
+                )
+            return pickle.loads(_buf(bufs, v))
+        raise SerializationError(f"{self.worker} received a value of unknown kind {tag!r}")
+
+    def _items(self, v: dict[str, Any], bufs: list[Any], depth: int) -> list[Any]:
+        items = v.get("items")
+        if not isinstance(items, list):
+            raise SerializationError(f"malformed {v['$']} received by {self.worker}")
+        return [self._dec(x, bufs, depth + 1) for x in items]
+
+    def _dict(self, v: dict[str, Any], bufs: list[Any], depth: int) -> dict[Any, Any]:
+        out = {}
+        for pair in self._items(v, bufs, depth):
+            if not isinstance(pair, list) or len(pair) != 2:
+                raise SerializationError(f"malformed dict received by {self.worker}")
+            try:
+                out[pair[0]] = pair[1]
+            except TypeError:
+                raise SerializationError(f"unhashable dict key received by {self.worker}") from None
+        return out
+
+    def _object(self, v: dict[str, Any], bufs: list[Any], depth: int) -> Any:
+        cls = self.exposure.resolve(str(v.get("cls")), worker=self.worker)
+        if not isinstance(cls, type):
+            raise RpcRefused(f"{self.worker} refused an object of {v.get('cls')}: not a class")
+        self.exposure.check_class(cls, worker=self.worker)
+        state = self._dec(v.get("state"), bufs, depth + 1)
+        new: Any = cls.__new__
+        obj = new(cls)
+        if hasattr(obj, "__setstate__"):
+            obj.__setstate__(state)
+        elif isinstance(state, dict):
+            obj.__dict__.update(state)
+        elif state is not None:
+            raise SerializationError(f"cannot restore a {cls.__qualname__} from its state")
+        return obj
+
+    def _rref(self, v: dict[str, Any]) -> Any:
+        rref_id, owner = v.get("id"), v.get("owner")
+        if not isinstance(rref_id, str) or not isinstance(owner, str) or self.make_rref is None:
+            raise SerializationError(f"malformed RRef received by {self.worker}")
+        return self.make_rref(rref_id, owner)
+
+
+def _buf(bufs: list[Any], v: dict[str, Any]) -> Any:
+    index = v.get("b")
+    if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < len(bufs):
+        raise SerializationError("a value points at a buffer the message does not have")
+    return bufs[index]
+
+
+def _float(text: Any) -> float:
+    if not isinstance(text, str) or len(text) > 40:
+        raise SerializationError("malformed float received")
+    try:
+        return float(text)
+    except ValueError:
+        raise SerializationError("malformed float received") from None
+
+
+def _complex(v: dict[str, Any]) -> complex:
+    parts = v.get("v")
+    if not isinstance(parts, list) or len(parts) != 2:
+        raise SerializationError("malformed complex received")
+    return complex(_float(parts[0]), _float(parts[1]))
+
+
+def _tensor(v: dict[str, Any], bufs: list[Any]) -> Any:
+    import torch
+
+    dtype, shape, strides = v.get("dtype"), v.get("shape"), v.get("strides")
+    if (
+        not isinstance(dtype, str)
+        or dtype not in TENSOR_DTYPES
+        or not isinstance(shape, list)
+        or not isinstance(strides, list)
+        or not _ints(shape)
+        or not _ints(strides)
+        or len(shape) != len(strides)
+    ):
+        raise SerializationError("malformed tensor received (dtype, shape or strides)")
+    torch_dtype = getattr(torch, dtype)
+    itemsize = torch.empty((), dtype=torch_dtype).element_size()
+    data = _buf(bufs, v)
+    if any(s == 0 for s in shape):
+        return torch.empty(shape, dtype=torch_dtype)
+    needed = 1 + sum((n - 1) * s for n, s in zip(shape, strides, strict=True))
+    if needed * itemsize > len(data) or len(data) % itemsize:
+        raise SerializationError(f"tensor buffer of {len(data)} bytes is too small for shape {shape}")
+    flat = torch.frombuffer(bytearray(data), dtype=torch.uint8).view(torch_dtype)
+    out = flat.as_strided(shape, strides)
+    if v.get("requires_grad") is True:
+        out.requires_grad_(True)
+    return out
+
+
+def _ints(value: Any) -> bool:
+    return (
+        isinstance(value, list)
+        and len(value) <= 64
+        and all(isinstance(x, int) and not isinstance(x, bool) and 0 <= x < 1 << 48 for x in value)
+    )
+
+
+_SIMPLE: dict[str, Callable[[Decoder, dict[str, Any], list[Any], int], Any]] = {
+    "tuple": lambda d, v, b, n: tuple(d._items(v, b, n)),
+    "set": lambda d, v, b, n: set(d._items(v, b, n)),
+    "frozenset": lambda d, v, b, n: frozenset(d._items(v, b, n)),
+    "dict": lambda d, v, b, n: d._dict(v, b, n),
+    "bytes": lambda d, v, b, n: bytes(_buf(b, v)),
+    "bytearray": lambda d, v, b, n: bytearray(_buf(b, v)),
+    "float": lambda d, v, b, n: _float(v.get("v")),
+    "complex": lambda d, v, b, n: _complex(v),
+    "tensor": lambda d, v, b, n: _tensor(v, b),
+    "rref": lambda d, v, b, n: d._rref(v),
+    "fn": lambda d, v, b, n: d.exposure.resolve(str(v.get("path")), worker=d.worker),
+    "obj": lambda d, v, b, n: d._object(v, b, n),
+}
+
+
+def dumps_tree(tree: Any) -> bytes:
+    """The tree as compact JSON (UTF-8)."""
+    return json.dumps(tree, separators=(",", ":"), allow_nan=False).encode()
+
+
+def loads_tree(data: bytes | memoryview) -> Any:
+    """Parse a received JSON tree; malformed or too deeply nested input is a :class:`SerializationError`."""
+    try:
+        return json.loads(bytes(data))
+    except (ValueError, RecursionError) as exc:
+        raise SerializationError(f"malformed message header: {type(exc).__name__}") from None

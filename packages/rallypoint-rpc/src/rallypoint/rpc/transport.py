@@ -1,0 +1,62 @@
+"""What an RPC transport provides (the ``rallypoint_rpc_transports`` hook registers them).
+
+A transport moves opaque frames (:mod:`rallypoint.rpc.wire`) between workers and checks the
+job's token on every incoming call; it knows nothing of functions, values or RRefs. A record's
+``factory`` is called as ``factory(options, token=..., num_threads=...)`` with the validated
+``[rpc.options]`` model (or ``None``) and returns an :class:`RpcTransport`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol
+
+__all__ = [
+    "Handler",
+    "Reply",
+    "RpcTransport",
+    "TransportError",
+    "TransportRefused",
+    "TransportTimeout",
+    "TransportUnavailable",
+]
+
+#: Runs one incoming request frame and returns the reply frame (called in a transport thread).
+Handler = Callable[[bytes], bytes]
+#: Completion of an outgoing call: ``(reply frame, None)`` or ``(None, error)``.
+Reply = Callable[[bytes | None, BaseException | None], None]
+
+
+class TransportError(Exception):
+    """A call that did not produce a reply, as the transport saw it."""
+
+
+class TransportTimeout(TransportError):
+    """The call's deadline passed."""
+
+
+class TransportUnavailable(TransportError):
+    """The peer cannot be reached (not listening, gone, connection reset)."""
+
+
+class TransportRefused(TransportError):
+    """The peer refused the call before running anything (no or wrong token, oversized message)."""
+
+
+class RpcTransport(Protocol):
+    """One worker's endpoint: a server for its peers and a client to them."""
+
+    def serve(self, handler: Handler, host: str) -> str:
+        """Start serving ``handler`` on ``host`` (any free port); return the address peers use."""
+        ...
+
+    def call(self, address: str, frame: bytes, timeout: float | None, reply: Reply) -> None:
+        """Send ``frame`` to ``address`` without blocking; ``reply`` is called exactly once.
+
+        Errors passed to ``reply`` are :class:`TransportError` subclasses.
+        """
+        ...
+
+    def close(self) -> None:
+        """Stop serving (after the calls in progress finish) and close the clients."""
+        ...

@@ -1,0 +1,47 @@
+"""``[rpc.options]`` of the ``grpc`` RPC transport. No grpc import here."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+__all__ = ["GrpcRpcOptions"]
+
+
+class GrpcRpcOptions(BaseModel):
+    """``[rpc.options]`` when ``[rpc] transport = "grpc"``.
+
+    Attributes:
+        token_file: file whose first line is the token every call must carry (default: a
+            token made per job by rank 0 and shared through the job's store).
+        token_env: environment variable that holds the token (instead of ``token_file``).
+        tls_ca: CA certificate (PEM) that verifies the peers; setting it turns TLS on.
+        tls_cert: this worker's certificate (PEM), served to peers (and presented as a client
+            certificate with ``mutual_tls``).
+        tls_key: the private key (PEM) of ``tls_cert``.
+        mutual_tls: servers require client certificates signed by ``tls_ca``.
+        tls_server_name: the name checked against the peers' certificates (default: their address).
+        max_message_bytes: largest request or reply (arguments and results of one call).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    token_file: str | None = None
+    token_env: str | None = None
+    tls_ca: str | None = None
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    mutual_tls: bool = False
+    tls_server_name: str | None = None
+    max_message_bytes: int = Field(default=512 << 20, ge=4096, le=(2 << 30) - 1)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> GrpcRpcOptions:
+        if self.token_file is not None and self.token_env is not None:
+            raise ValueError("give token_file or token_env, not both")
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ValueError("tls_cert and tls_key go together")
+        if self.tls_ca is not None and self.tls_cert is None:
+            raise ValueError("TLS (tls_ca) needs tls_cert and tls_key: every worker also serves")
+        if self.mutual_tls and self.tls_ca is None:
+            raise ValueError("mutual_tls needs tls_ca, tls_cert and tls_key")
+        return self
