@@ -59,6 +59,9 @@ def callable_path(fn: Any) -> str:
     qualname = getattr(fn, "__qualname__", None)
     if not isinstance(module, str) or not isinstance(qualname, str):
         raise SerializationError(f"{fn!r} cannot be called remotely: it has no module and qualified name")
+    name = getattr(fn, "__name__", None)
+    if isinstance(name, str) and getattr(sys.modules.get(module), name, None) is fn:
+        return f"{module}:{name}"  # builtins re-exported by their module (torch.add's qualname is private)
     if "<" in qualname:
         raise SerializationError(
             f"{module}.{qualname} cannot be called remotely: lambdas and nested functions have no import path; "
