@@ -292,7 +292,8 @@ class RpcAgent:
     def _owned_value(self, tree: dict[str, Any]) -> Any:
         rref_id = str(tree.get("rref"))
         timeout = tree.get("timeout")
-        entry = self.owned.get(rref_id, timeout if isinstance(timeout, int | float) else None)
+        limit = timeout if isinstance(timeout, int | float) and not isinstance(timeout, bool) else None
+        entry = self.owned.get(rref_id, limit, expected=tree.get("pending") is True)
         if entry is None:
             raise RpcError(f"RRef {rref_id} is unknown to its owner {self.info.name} (deleted, or never created)")
         if entry.error is not None:

@@ -71,17 +71,28 @@ class OwnerTable:
             if entry.count <= 0:
                 del self._values[rref_id]
 
-    def get(self, rref_id: str, timeout: float | None) -> OwnedValue | None:
+    def get(self, rref_id: str, timeout: float | None, *, expected: bool = False) -> OwnedValue | None:
         """The entry once its value is ready; ``None`` if unknown (deleted or never created).
+
+        Args:
+            rref_id: the RRef's id.
+            timeout: seconds to wait for a value being created (``None``: no limit).
+            expected: the caller knows the value is being created (its creation request may
+                still be on its way): wait for it to arrive instead of answering ``None``.
 
         Raises:
             TimeoutError: the value is still being created after ``timeout`` seconds.
         """
         with self._lock:
             entry = self._values.get(rref_id)
+            if entry is None and expected:
+                entry = self._values[rref_id] = OwnedValue()
         if entry is None:
             return None
         if not entry.ready.wait(timeout):
+            with self._lock:
+                if not entry.ready.is_set() and entry.count <= 0 and self._values.get(rref_id) is entry:
+                    del self._values[rref_id]
             raise TimeoutError(f"RRef {rref_id} is still being created after {timeout:g}s")
         return entry
 

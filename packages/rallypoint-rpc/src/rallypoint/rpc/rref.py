@@ -102,7 +102,7 @@ class RRef(Generic[T]):
         """
         if self.is_owner():
             return self.local_value()
-        header = {"op": "fetch", "rref": self.rref_id}
+        header = {"op": "fetch", "rref": self.rref_id, "pending": not self.confirmed_by_owner()}
         what = f"RRef {self.rref_id}.to_here()"
         return self._agent.send(self._owner, header, {}, timeout, what).wait()  # type: ignore[no-any-return]
 
@@ -123,7 +123,7 @@ class RRef(Generic[T]):
     ) -> Any:
         from rallypoint.rpc.api import _remote_call
 
-        header: dict[str, Any] = {"rref": self.rref_id, "method": name}
+        header: dict[str, Any] = {"rref": self.rref_id, "method": name, "pending": not self.confirmed_by_owner()}
         what = f"{self._owner.name}:RRef[{self.rref_id}].{name}"
         if mode == "remote":
             return _remote_call(self._agent, self._owner, header, args, kwargs, timeout, what)
