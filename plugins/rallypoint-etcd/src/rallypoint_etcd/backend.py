@@ -3,7 +3,6 @@
 Layout under ``<prefix>/[<namespace>/]<run_id>/``::
 
     kv/<key>               one etcd key per rendezvous key; the value is JSON text
-    meta/lease             the id of the run's lease (the key itself is attached to it)
     meta/clients/<id>      one key per open client (removed when it closes)
 
 Versions are etcd ``mod_revision`` numbers: they change on every write and are never reused.
@@ -13,7 +12,8 @@ then watch from the store revision of that read, so no change between the read a
 missed, and nothing polls.
 
 Key lifetime: every key of the run is attached to one *run lease* of ``key_ttl`` seconds that
-each open client keeps alive. When every agent is gone (killed), the lease lapses and etcd
+each open client keeps alive. Its id is derived from the run's key prefix, so every client knows
+it without asking; the first write that finds it missing creates it. When every agent is gone (killed), the lease lapses and etcd
 deletes the run's keys ``key_ttl`` seconds later. A client that closes (or whose process exits)
 after the job was closed, and finds no other open client, revokes the lease at once: every key
 goes and the run id can be used again. Keys written with a ``ttl`` get a lease of their own.
@@ -26,6 +26,8 @@ naming every endpoint tried; requests refused by etcd (authentication, permissio
 from __future__ import annotations
 
 import atexit
+import contextlib
+import hashlib
 import json
 import logging
 import math
@@ -85,20 +87,19 @@ class EtcdBackend:
         self.options = options
         self.base = options.base_key(run_id)
         self._kv = self.base + "kv/"
-        self._lease_key = self.base + "meta/lease"
         self._me = self.base + f"meta/clients/{uuid.uuid4().hex}"
         self.client = client or EtcdClient(options)
-        self._lease: int | None = None
+        #: The run lease's id: the same in every client of the run (derived from its key prefix),
+        #: so the first writer creates it and nobody needs to look it up.
+        self.lease = int.from_bytes(hashlib.sha256(self.base.encode()).digest()[:8], "big") & (2**63 - 1) or 1
         self._lease_lock = threading.Lock()
         self._stop = threading.Event()
         self._keeper: threading.Thread | None = None
         self._closed = False
         _OPEN.add(self)
         # Connect now (as torch's handlers do), so that an unreachable etcd fails here, naming
-        # the endpoints, and the first rendezvous step does not pay for the connection; and learn
-        # the run lease if the run has one.
-        kv, _ = self._retry("connect", lambda: self.client.get(self._lease_key))
-        self._lease_hint = None if kv is None else int(kv.value)
+        # the endpoints, and the first rendezvous step does not pay for the connection.
+        self._retry("connect", lambda: self.client.get(self._me))
 
     # -- retries -------------------------------------------------------------------------------
     def _retry(self, what: str, fn: Callable[[], T], *, window: float | None = None) -> T:
@@ -131,78 +132,48 @@ class EtcdBackend:
         )
 
     def _write(self, what: str, fn: Callable[[int], T], ttl: float | None) -> T:
-        """Run a write with the run lease (or a lease of its own for ``ttl``); renew a lapsed lease."""
+        """Run a write with the run lease (or a lease of its own for ``ttl``).
+
+        The run lease is created on demand: a write that finds it missing (the run's first
+        write, or after it lapsed) creates it and writes again.
+        """
+        if ttl is not None:
+            lease = self._retry("grant a lease", lambda: self.client.grant(max(1, math.ceil(ttl))))
+            return self._retry(what, lambda: fn(lease))
+        self._start_keeper()
         for _ in range(3):
-            lease = self._ttl_lease(ttl) if ttl is not None else self._run_lease()
             try:
-                return self._retry(what, lambda lease=lease: fn(lease))  # type: ignore[misc]
+                return self._retry(what, lambda: fn(self.lease))
             except LeaseGone:
-                log.warning("rendezvous %r: the run lease lapsed (etcd down too long?); taking a new one", self.run_id)
-                with self._lease_lock:
-                    self._lease = None
-        raise RendezvousBackendError(f"etcd kept dropping the leases of rendezvous {self.run_id!r} while writing")
+                self._retry("create the run lease", lambda: self.client.grant(self.options.key_ttl, self.lease))
+        raise RendezvousBackendError(f"etcd kept dropping the run lease of rendezvous {self.run_id!r} while writing")
 
     # -- leases --------------------------------------------------------------------------------
-    def _ttl_lease(self, ttl: float) -> int:
-        return self._retry("grant a lease", lambda: self.client.grant(max(1, math.ceil(ttl))))
-
-    def _run_lease(self) -> int:
-        """The run's lease (shared by every client; created by the first), kept alive from here.
-
-        The keep-alive thread also registers this client (``meta/clients/<id>``), off the
-        rendezvous' critical path.
-        """
+    def _start_keeper(self) -> None:
+        """Start the thread that keeps the run lease alive and registers this client (once)."""
         with self._lease_lock:
-            if self._lease is None:
-                self._lease = self._retry("take the run lease", self._find_or_make_lease)
-                if self._keeper is None and not self._closed:
-                    self._keeper = threading.Thread(
-                        target=self._keep_alive, name=f"rallypoint-etcd-lease-{self.run_id}", daemon=True
-                    )
-                    self._keeper.start()
-            return self._lease
-
-    def _find_or_make_lease(self) -> int:
-        """The lease named by ``meta/lease`` (it lives as long as that key), or a new one.
-
-        A lease that lapses right after this read fails the write with ``LeaseGone``; the write
-        then asks again (and finds the key gone with it).
-        """
-        hint, self._lease_hint = self._lease_hint, None
-        if hint is not None:
-            return hint
-        while True:
-            kv, _ = self.client.get(self._lease_key)
-            if kv is not None:
-                return int(kv.value)
-            lease = self.client.grant(self.options.key_ttl)
-            try:
-                ok, _ = self.client.put_if(self._lease_key, str(lease).encode(), mod_revision=None, lease=lease)
-            except LeaseGone:
-                continue
-            if ok:
-                return lease
-            self.client.revoke(lease)
+            if self._keeper is None and not self._closed:
+                self._keeper = threading.Thread(
+                    target=self._keep_alive, name=f"rallypoint-etcd-lease-{self.run_id}", daemon=True
+                )
+                self._keeper.start()
 
     def _keep_alive(self) -> None:
+        """Register this client, then refresh the run lease every ``key_ttl / 4`` seconds."""
         period = max(1.0, self.options.key_ttl / 4)
-        registered: int | None = None
+        registered = False
         wait = 0.0
         while not self._stop.wait(wait):
             wait = period
-            lease = self._lease
-            if lease is None:
-                continue
             try:
-                if registered != lease:
-                    self.client.put(self._me, b"1", lease=lease)
-                    registered = lease
-                elif self.client.keep_alive(lease) <= 0:
-                    raise LeaseGone(f"lease {lease:x} expired")
+                if not registered:
+                    self.client.put(self._me, b"1", lease=self.lease)
+                    registered = True
+                elif self.client.keep_alive(self.lease) <= 0:
+                    raise LeaseGone(f"run lease {self.lease:x} expired")
             except LeaseGone:
-                with self._lease_lock:
-                    if self._lease == lease:
-                        self._lease = None  # the next write takes a new one
+                registered = False  # the next write creates the lease again; then register again
+                wait = min(period, 1.0)
             except Exception as exc:  # noqa: BLE001 - retried soon; writes report errors themselves
                 log.debug("rendezvous %r: lease keep-alive failed: %s", self.run_id, exc)
                 wait = min(period, 1.0)
@@ -243,17 +214,20 @@ class EtcdBackend:
         return ok, self._entry(kv, key)
 
     def add(self, key: str, amount: int = 1) -> int:
-        """See :meth:`RendezvousBackend.add` (compare-and-set transactions until one wins)."""
-        check_key(key)
-        while True:
-            entry = self.get(key)
+        """See :meth:`RendezvousBackend.add` (compare-and-set transactions until one wins).
+
+        The first transaction creates the key if it is absent and otherwise returns it, so a new
+        counter costs one round trip and an existing one two.
+        """
+        total = int(amount)
+        ok, entry = self.compare_and_set(key, total, version=None)
+        while not ok:
             base = 0 if entry is None else entry.value
             if not isinstance(base, int) or isinstance(base, bool):
                 raise TypeError(f"rendezvous key {key!r} holds {base!r}, not an integer; cannot add to it")
             total = base + int(amount)
-            ok, _ = self.compare_and_set(key, total, version=None if entry is None else entry.version)
-            if ok:
-                return total
+            ok, entry = self.compare_and_set(key, total, version=None if entry is None else entry.version)
+        return total
 
     def delete(self, key: str, *, version: Version | None = None) -> bool:
         """See :meth:`RendezvousBackend.delete`."""
@@ -338,9 +312,8 @@ class EtcdBackend:
             self.client.close()
 
     def _clean_up(self) -> None:
-        lease = self._lease
-        if lease is None:
-            return
+        if self._keeper is None:
+            return  # never wrote: leave the run as it is
         self.client.delete(self._me)
         header, _ = self.client.get(self._kv + _HEADER)
         others, _ = self.client.get_prefix(self.base + "meta/clients/")
@@ -349,7 +322,8 @@ class EtcdBackend:
         except (ValueError, AttributeError):
             closed = False
         if closed and not others:
-            self.client.revoke(lease)
+            with contextlib.suppress(LeaseGone):  # another client revoked it just now
+                self.client.revoke(self.lease)
 
 
 def create_etcd_backend(run_id: str, options: Any) -> EtcdBackend:

@@ -217,9 +217,22 @@ class EtcdClient:
         return self._call("transaction", txn)
 
     # -- leases ------------------------------------------------------------------------------
-    def grant(self, ttl: int) -> int:
-        """A new lease of ``ttl`` seconds (etcd may round it up); its id."""
-        return int(self._call("lease grant", lambda c: c.lease(ttl).id))
+    def grant(self, ttl: int, lease: int | None = None) -> int:
+        """A new lease of ``ttl`` seconds (etcd may round it up); its id.
+
+        With ``lease``, the lease gets that id; a lease of that id that exists already is kept
+        (and its id returned), so clients that race to create the same lease all succeed.
+        """
+
+        def call(c: Any) -> int:
+            try:
+                return int(c.lease(ttl, lease_id=lease).id)
+            except etcd3.exceptions.PreconditionFailedError:
+                if lease is None:
+                    raise
+                return lease  # "lease already exists"
+
+        return self._call("lease grant", call)
 
     def keep_alive(self, lease: int) -> int:
         """Refresh a lease; its remaining TTL in seconds (0 when it no longer exists)."""
