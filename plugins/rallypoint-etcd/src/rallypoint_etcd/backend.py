@@ -13,10 +13,11 @@ missed, and nothing polls.
 
 Key lifetime: every key of the run is attached to one *run lease* of ``key_ttl`` seconds that
 each open client keeps alive. Its id is derived from the run's key prefix, so every client knows
-it without asking; the first write that finds it missing creates it. When every agent is gone (killed), the lease lapses and etcd
-deletes the run's keys ``key_ttl`` seconds later. A client that closes (or whose process exits)
-after the job was closed, and finds no other open client, revokes the lease at once: every key
-goes and the run id can be used again. Keys written with a ``ttl`` get a lease of their own.
+it without asking; the first write that finds it missing creates it. When every agent is gone
+(killed), the lease lapses and etcd deletes the run's keys ``key_ttl`` seconds later. A client
+that closes (or whose process exits) after the job was closed, and finds no other open client,
+revokes the lease at once: every key goes and the run id can be used again. Keys written with a
+``ttl`` get a lease of their own.
 
 Faults: a request that finds no endpoint answering is retried (on the next endpoint) for
 ``retry_timeout`` seconds, then fails with :class:`~rallypoint.rendezvous.errors.RendezvousBackendError`
@@ -31,6 +32,7 @@ import hashlib
 import json
 import logging
 import math
+import os
 import threading
 import time
 import uuid
@@ -96,10 +98,26 @@ class EtcdBackend:
         self._stop = threading.Event()
         self._keeper: threading.Thread | None = None
         self._closed = False
+        self._check_files_and_secrets()
         _OPEN.add(self)
         # Connect now (as torch's handlers do), so that an unreachable etcd fails here, naming
         # the endpoints, and the first rendezvous step does not pay for the connection.
         self._retry("connect", lambda: self.client.get(self._me))
+
+    def _check_files_and_secrets(self) -> None:
+        """The password variable is set and the TLS files can be read (else a clear error now)."""
+        try:
+            self.options.password()
+        except ValueError as exc:
+            raise RendezvousBackendError(str(exc)) from None
+        for name in ("tls_ca", "tls_cert", "tls_key"):
+            path = getattr(self.options, name)
+            if path is not None and not os.access(path, os.R_OK):
+                raise RendezvousBackendError(
+                    f"rendezvous.options.{name} = {path!r} cannot be read on this node "
+                    f"({'missing' if not os.path.exists(path) else 'no read permission'}); "
+                    "give every node the file at that path"
+                )
 
     # -- retries -------------------------------------------------------------------------------
     def _retry(self, what: str, fn: Callable[[], T], *, window: float | None = None) -> T:
