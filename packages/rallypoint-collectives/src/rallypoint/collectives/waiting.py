@@ -178,30 +178,40 @@ def complete(
         CollectiveTimeout: it did not complete within ``timeout`` (default: the job's), naming
             the ranks that did not arrive, and the timeout handler did not wait it out.
     """
-    if timeout.__class__ is Deadline:
-        _complete_under(work, op, info, seq, timeout, peer, on_timeout)
-        return
+    # A Deadline (or anything else that is not a number) is recognised where a number is
+    # converted, by the TypeError there: numbers and None pay nothing for it.
     if info.stream_ordered:
         if timeout is None:  # torch semantics: the watchdog enforces the group's timeout
             work.wait()
+        elif isinstance(timeout, int | float):
+            _poll_wait(work, op, info, seq, timeout, peer, on_timeout, dl)
         else:
-            _poll_wait(work, op, info, seq, timeout, peer, on_timeout, dl)  # type: ignore[arg-type]
+            _complete_under(work, op, info, seq, timeout, peer, on_timeout)
         return
     if peer is not None:  # point-to-point: the missing rank is the peer; one wait
         seconds: float = STATE.default if timeout is None else timeout  # type: ignore[assignment]
-        started = time.monotonic()
         try:
-            work.wait(STATE.td(seconds))
+            td = STATE.td(seconds)
+        except TypeError:
+            _complete_under(work, op, info, seq, timeout, peer, on_timeout)
+            return
+        try:
+            work.wait(td)
         except RuntimeError as exc:
             if not _is_timeout(exc):
                 raise
             # Gloo has closed the connection to the peer: the handler cannot wait more.
+            started = time.monotonic() - seconds
             _expire(_p2p_timeout(op, info, peer, seconds), info, started, seconds, 1, False, on_timeout, dl, peer)
         return
     if timeout is None:
         seconds, probe, probe_td = STATE.default, STATE.probe, STATE.probe_td
     else:
-        seconds, probe = timeout, min(PROBE, timeout)  # type: ignore[assignment,type-var]
+        try:
+            seconds, probe = timeout, min(PROBE, timeout)  # type: ignore[assignment,type-var]
+        except TypeError:
+            _complete_under(work, op, info, seq, timeout, peer, on_timeout)
+            return
         probe_td = timedelta(seconds=probe)
     try:
         work.wait(probe_td)
@@ -217,11 +227,13 @@ def _complete_under(
     op: str,
     info: GroupInfo,
     seq: int,
-    dl: Deadline,
+    dl: object,
     peer: int | None,
     on_timeout: TimeoutHandler | None,
 ) -> None:
     """:func:`complete` with what is left of ``dl`` (its clock starts now if it had not)."""
+    if not isinstance(dl, Deadline):
+        raise TypeError(f"{op}: timeout= must be seconds, a rallypoint.collectives.Deadline or None, not {dl!r}")
     dl.close()
     started = time.monotonic()
     complete(work, op, info, seq, max(MIN_WAIT, dl.remaining()), peer, on_timeout, dl)
