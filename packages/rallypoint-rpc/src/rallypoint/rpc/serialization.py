@@ -108,6 +108,7 @@ class Encoder:
     def _enc_tensor(self, t: Any) -> Any:
         import torch
 
+        requires_grad = bool(t.requires_grad)
         if t.device.type != "cpu":
             t = t.cpu()
         if not t.is_contiguous():
@@ -122,7 +123,7 @@ class Encoder:
             "dtype": dtype,
             "shape": list(t.shape),
             "strides": list(t.stride()),
-            "requires_grad": bool(t.requires_grad),
+            "requires_grad": requires_grad,
             "b": self._buffer(memoryview(raw) if t.numel() else b""),
         }
 
