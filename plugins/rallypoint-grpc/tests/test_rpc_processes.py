@@ -6,7 +6,6 @@ import json
 import socket
 import subprocess
 import sys
-import warnings
 from pathlib import Path
 
 import pytest
@@ -91,9 +90,9 @@ def test_init_rpc_errors_say_what_to_do() -> None:
         rpc.init_rpc("bad name", rank=0, world_size=1)
     with pytest.raises(rpc.RpcError, match="rallypoint run"):
         rpc.init_rpc("w", environ={})
-    with pytest.raises(rpc.RpcError, match="MASTER_ADDR"), warnings.catch_warnings():
+    with pytest.raises(rpc.RpcError, match="MASTER_ADDR"):
         rpc.init_rpc("w", rank=0, world_size=1, options=rpc.RpcOptions(), environ={})
+    port = _free_port()
+    opts = rpc.RpcOptions(init_method=f"tcp://127.0.0.1:{port}", transport="carrier-pigeon", init_timeout=5)
     with pytest.raises(rpc.RpcError, match="unknown RPC transport 'carrier-pigeon'"):
-        port = _free_port()
-        opts = rpc.RpcOptions(init_method=f"tcp://127.0.0.1:{port}", transport="carrier-pigeon", init_timeout=5)
         rpc.init_rpc("w", rank=0, world_size=1, options=opts)
