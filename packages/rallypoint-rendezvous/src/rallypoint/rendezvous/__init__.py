@@ -13,17 +13,20 @@ Hook specifications live in :mod:`rallypoint.rendezvous.hookspecs`; backends reg
 """
 
 from rallypoint.rendezvous.errors import (
+    GiveUp,
     RendezvousBackendError,
     RendezvousClosedError,
     RendezvousError,
     RendezvousStateError,
     RendezvousTimeoutError,
     TimeoutInfo,
+    WaitMore,
 )
 from rallypoint.rendezvous.records import RendezvousBackendRecord
 from rallypoint.rendezvous.timeouts import RendezvousTimeouts
 
 __all__ = [
+    "GiveUp",
     "RendezvousBackendError",
     "RendezvousBackendRecord",
     "RendezvousClosedError",
@@ -32,4 +35,5 @@ __all__ = [
     "RendezvousTimeoutError",
     "RendezvousTimeouts",
     "TimeoutInfo",
+    "WaitMore",
 ]

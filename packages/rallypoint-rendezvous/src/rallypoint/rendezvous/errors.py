@@ -6,13 +6,18 @@ the timeout, its value, and the nodes that were present and missing.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import logging
+import math
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeAlias
 
 from rallypoint.core.errors import EXIT_USAGE, RallypointError
 
 __all__ = [
+    "MAX_WAIT_MORE",
+    "MAX_WAIT_MORE_TIMES",
+    "GiveUp",
     "RendezvousBackendError",
     "RendezvousClosedError",
     "RendezvousError",
@@ -21,8 +26,13 @@ __all__ = [
     "RendezvousJobMismatchError",
     "RendezvousStateError",
     "RendezvousTimeoutError",
+    "TimeoutAnswer",
     "TimeoutInfo",
+    "WaitMore",
+    "extra_wait",
 ]
+
+log = logging.getLogger("rallypoint.rendezvous")
 
 
 class RendezvousError(RallypointError):
@@ -172,3 +182,79 @@ class RendezvousTimeoutError(RendezvousError):
     def of(cls, info: TimeoutInfo) -> RendezvousTimeoutError:
         """Build the error for ``info``."""
         return cls(info)
+
+
+#: The longest extension one ``rallypoint_rendezvous_timed_out`` answer obtains (longer ones are cut).
+MAX_WAIT_MORE = 3600.0
+#: How many times the hook may extend one wait (one ``next_rendezvous`` call, or one close).
+MAX_WAIT_MORE_TIMES = 10
+
+
+@dataclass(frozen=True)
+class WaitMore:
+    """A ``rallypoint_rendezvous_timed_out`` answer: keep waiting ``seconds`` more.
+
+    The node stays in the round it was joining. Each answer is cut to :data:`MAX_WAIT_MORE`
+    seconds, and one wait is extended at most :data:`MAX_WAIT_MORE_TIMES` times.
+
+    Attributes:
+        seconds: how long (> 0, finite).
+    """
+
+    seconds: float
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.seconds, int | float) and 0 < self.seconds < math.inf):
+            raise ValueError(f"WaitMore(seconds): expected a finite number of seconds > 0, got {self.seconds!r}")
+
+
+@dataclass(frozen=True)
+class GiveUp:
+    """A ``rallypoint_rendezvous_timed_out`` answer: raise the timeout error now (the default).
+
+    Attributes:
+        reason: logged with the error.
+    """
+
+    reason: str = ""
+
+
+TimeoutAnswer: TypeAlias = WaitMore | GiveUp
+
+
+def extra_wait(answers: Iterable[object], info: TimeoutInfo, extensions: int) -> float | None:
+    """Combine the hook's answers: the seconds to wait more, or ``None`` to give up.
+
+    A :class:`GiveUp` from any plugin wins; otherwise the longest :class:`WaitMore`, cut to
+    :data:`MAX_WAIT_MORE`. ``None`` answers (hooks written before answers existed) count for
+    nothing; other values are ignored with a warning. After :data:`MAX_WAIT_MORE_TIMES`
+    extensions the node gives up whatever the answers.
+    """
+    seconds: float | None = None
+    for answer in answers:
+        if isinstance(answer, GiveUp):
+            if answer.reason:
+                log.warning("rendezvous: a timed_out hook gives up: %s", answer.reason)
+            return None
+        if isinstance(answer, WaitMore):
+            seconds = max(seconds or 0.0, float(answer.seconds))
+        elif answer is not None:
+            log.warning(
+                "rendezvous: a rallypoint_rendezvous_timed_out hook returned %r; expected WaitMore(seconds), "
+                "GiveUp() or None: ignored",
+                answer,
+            )
+    if seconds is None:
+        return None
+    if extensions >= MAX_WAIT_MORE_TIMES:
+        log.warning(
+            "rendezvous: the %s timeout was already extended %d times (the most allowed): giving up",
+            info.timeout,
+            extensions,
+        )
+        return None
+    if seconds > MAX_WAIT_MORE:
+        log.warning("rendezvous: WaitMore(%g) cut to %gs", seconds, MAX_WAIT_MORE)
+        seconds = MAX_WAIT_MORE
+    log.warning("rendezvous: %s; a timed_out hook waits %gs more", info.describe(), seconds)
+    return seconds

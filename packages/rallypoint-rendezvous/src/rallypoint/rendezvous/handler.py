@@ -36,6 +36,7 @@ from rallypoint.rendezvous.errors import (
     RendezvousStateError,
     RendezvousTimeoutError,
     TimeoutInfo,
+    extra_wait,
 )
 from rallypoint.rendezvous.factory import open_backend, select_backend
 from rallypoint.rendezvous.round_io import KEEP_ROUNDS, RendezvousResult, RoundIO, WorkerStoreInfo, free_port
@@ -271,6 +272,7 @@ class RendezvousHandler:
             self.io.ensure_ticket()
             self.machine.begin(self.clock())
         self._start_heartbeats()
+        extended = 0
         while True:
             self._raise_failure()
             with self._lock:
@@ -282,8 +284,12 @@ class RendezvousHandler:
                 if isinstance(action, Closed):
                     raise RendezvousClosedError(self.run_id)
                 if isinstance(action, TimedOut):
+                    more = self._fire_timeout(action.info, extended)
+                    if more is not None:  # a hook answered WaitMore: stay in the round
+                        extended += 1
+                        self.machine.join_deadline = self.clock() + more
+                        continue
                     self.io.withdraw()
-                    self._fire_timeout(action.info)
                     raise RendezvousTimeoutError(action.info)
                 if not isinstance(action, Wait):
                     self.io.apply(action)
@@ -326,6 +332,7 @@ class RendezvousHandler:
             RendezvousTimeoutError: the close did not succeed within the close timeout.
         """
         deadline = self.clock() + self.timeouts.close
+        extended = 0
         while True:
             with self._lock:
                 view = self.io.read()
@@ -342,7 +349,11 @@ class RendezvousHandler:
                     min_nodes=self.settings.min_nodes,
                     max_nodes=self.settings.max_nodes,
                 )
-                self._fire_timeout(info)
+                more = self._fire_timeout(info, extended)
+                if more is not None:
+                    extended += 1
+                    deadline = self.clock() + more
+                    continue
                 raise RendezvousTimeoutError(info, "Another node kept rewriting the round header")
 
     def num_nodes_waiting(self) -> int:
@@ -423,9 +434,11 @@ class RendezvousHandler:
                 raise RendezvousJobMismatchError(self.run_id, theirs, self._fingerprint)
         self._checked_in = True
 
-    def _fire_timeout(self, info: TimeoutInfo) -> None:
-        if self.pm is not None:
-            self.pm.hook.rallypoint_rendezvous_timed_out(info=info)
+    def _fire_timeout(self, info: TimeoutInfo, extended: int) -> float | None:
+        """Call the ``timed_out`` hooks: the seconds to wait more, or ``None`` (raise)."""
+        if self.pm is None:
+            return None
+        return extra_wait(self.pm.hook.rallypoint_rendezvous_timed_out(info=info), info, extended)
 
     def _start_heartbeats(self) -> None:
         if self._thread is not None:

@@ -9,7 +9,7 @@ from rallypoint.core.plugins import hookspec
 from rallypoint.rendezvous.records import RendezvousBackendRecord
 
 if TYPE_CHECKING:
-    from rallypoint.rendezvous.errors import TimeoutInfo
+    from rallypoint.rendezvous.errors import TimeoutAnswer, TimeoutInfo
     from rallypoint.rendezvous.round_io import RendezvousResult
 
 
@@ -44,12 +44,22 @@ def rallypoint_rendezvous_completed(info: RendezvousResult) -> None:
 
 
 @hookspec
-def rallypoint_rendezvous_timed_out(info: TimeoutInfo) -> None:
-    """Called when a rendezvous timeout expires, before the timeout error is raised.
+def rallypoint_rendezvous_timed_out(info: TimeoutInfo) -> TimeoutAnswer | None:
+    """Called when a rendezvous timeout (join or close) expires, before the timeout error is raised.
 
-    This is the place for custom timeout handling (alerting, releasing reservations).
+    This is the place for custom timeout handling (alerting, releasing reservations), and for
+    deciding to wait longer.
 
     Args:
         info: the :class:`~rallypoint.rendezvous.errors.TimeoutInfo`: which timeout, its value,
             the nodes present and the nodes missing.
+
+    Returns:
+        ``None`` (no opinion; what hooks written before answers existed return),
+        :class:`~rallypoint.rendezvous.errors.WaitMore` ``(seconds)``: keep waiting that long
+        (the node stays in the round; cut to ``MAX_WAIT_MORE`` = 3600 s, at most
+        ``MAX_WAIT_MORE_TIMES`` = 10 times per wait), or
+        :class:`~rallypoint.rendezvous.errors.GiveUp` ``()``: raise the timeout error now. A
+        ``GiveUp`` from any plugin wins over ``WaitMore`` answers; with only ``None`` answers
+        the error is raised. The hook fires again when the extension expires.
     """
