@@ -215,6 +215,15 @@ def test_keys_of_killed_agents_expire_after_key_ttl(
     assert [a.returncode for a in agents] == [0, 0], results
 
 
+def test_plugins_list_shows_the_backend(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [*RALLYPOINT, "plugins", "list"], cwd=tmp_path, env=agent_env(), capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    lines = [line.split() for line in result.stdout.splitlines()]
+    assert ["etcd", "rallypoint-etcd", "0.1.0", "rendezvous", "backend:", "etcd"] in lines, result.stdout
+
+
 def test_a_misspelt_backend_suggests_etcd(tmp_path: Path) -> None:
     (tmp_path / "x.py").write_text("pass\n")
     result = subprocess.run(
