@@ -124,13 +124,18 @@ class EtcdClient:
                     host, port, secure=opts.tls, creds=creds, time_retry=ENDPOINT_RETRY, opts=_CHANNEL_OPTIONS
                 )
             )
-        return etcd3.MultiEndpointEtcd3Client(
+        client = etcd3.MultiEndpointEtcd3Client(
             endpoints=eps,
             timeout=opts.connect_timeout,
             user=opts.username,
             password=opts.password(),
             failover=True,
         )
+        if not opts.tls:
+            # gRPC sends call credentials over TLS only; the login token also travels as plain
+            # metadata, which is what etcd reads (it is all a plain-text channel can carry).
+            client.call_credentials = None
+        return client
 
     def _call(self, what: str, fn: Callable[[Any], T]) -> T:
         """Run ``fn(client)``, connecting first; translate the library's errors."""
