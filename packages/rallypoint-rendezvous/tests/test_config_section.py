@@ -141,8 +141,8 @@ def test_bad_duration_message_is_exact(job_file) -> None:
         ),
         (
             '[rendezvous]\nheartbeat_interval = "20s"\n',
-            "job.toml: rendezvous.heartbeat_interval: heartbeat_timeout (10s) must be longer than heartbeat_interval (20s) "
-                "(rendezvous.heartbeat_timeout is the default)",
+            "job.toml: rendezvous.heartbeat_interval: heartbeat_timeout (10s) must be longer than "
+            "heartbeat_interval (20s) (rendezvous.heartbeat_timeout is the default)",
         ),
     ],
 )
