@@ -15,14 +15,87 @@ import os
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import tempfile
 import time
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-__all__ = ["EtcdCluster", "EtcdServer", "etcd_binary", "free_port"]
+__all__ = ["EtcdCluster", "EtcdServer", "EtcdTLS", "etcd_binary", "free_port", "make_test_certificates"]
+
+
+@dataclass(frozen=True)
+class EtcdTLS:
+    """PEM files of a TLS set-up: a CA, the server's certificate and a client certificate."""
+
+    ca: str
+    server_cert: str
+    server_key: str
+    client_cert: str
+    client_key: str
+
+
+def make_test_certificates(directory: str | os.PathLike[str]) -> EtcdTLS:
+    """A throw-away CA, a server certificate for 127.0.0.1 and a client certificate (``openssl``).
+
+    Raises:
+        FileNotFoundError: no ``openssl`` on PATH.
+    """
+    d = Path(directory)
+    d.mkdir(parents=True, exist_ok=True)
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        raise FileNotFoundError("make_test_certificates needs the openssl command")
+
+    def run(*args: str) -> None:
+        subprocess.run([openssl, *args], check=True, capture_output=True, timeout=60, cwd=d)
+
+    run(
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "ca-key.pem",
+        "-out",
+        "ca.pem",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=rallypoint-test-ca",
+    )
+    for name, cn, ext in (
+        ("server", "127.0.0.1", "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth"),
+        ("client", "rallypoint-client", "extendedKeyUsage=clientAuth"),
+    ):
+        (d / f"{name}.ext").write_text(ext + "\n")
+        run(
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            f"{name}-key.pem",
+            "-out",
+            f"{name}.csr",
+            "-subj",
+            f"/CN={cn}",
+        )
+        run(
+            "x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca-key.pem", "-CAcreateserial",
+            "-out", f"{name}.pem", "-days", "2", "-extfile", f"{name}.ext",
+        )  # fmt: skip
+    return EtcdTLS(
+        ca=str(d / "ca.pem"),
+        server_cert=str(d / "server.pem"),
+        server_key=str(d / "server-key.pem"),
+        client_cert=str(d / "client.pem"),
+        client_key=str(d / "client-key.pem"),
+    )
 
 
 def etcd_binary() -> str:
@@ -68,6 +141,7 @@ class EtcdServer:
         client_port: the client port (a free one when ``None``); kept across restarts.
         peer_port: the peer port (likewise).
         extra_args: more command-line arguments.
+        tls: serve clients over TLS with these files and require client certificates.
     """
 
     def __init__(
@@ -80,6 +154,7 @@ class EtcdServer:
         client_port: int | None = None,
         peer_port: int | None = None,
         extra_args: tuple[str, ...] = (),
+        tls: EtcdTLS | None = None,
     ) -> None:
         self._own_dir = data_dir is None
         self.data_dir = Path(data_dir) if data_dir is not None else Path(tempfile.mkdtemp(prefix="rp-etcd-"))
@@ -89,6 +164,7 @@ class EtcdServer:
         self.peer_port = peer_port or free_port()
         self.cluster = cluster
         self.extra_args = extra_args
+        self.tls = tls
         self.proc: subprocess.Popen[bytes] | None = None
         self._log: IO[bytes] | None = None
 
@@ -109,7 +185,7 @@ class EtcdServer:
 
     def command(self) -> list[str]:
         """The etcd command line."""
-        client = f"http://127.0.0.1:{self.client_port}"
+        client = f"{'https' if self.tls else 'http'}://127.0.0.1:{self.client_port}"
         cmd = [
             etcd_binary(),
             f"--name={self.name}",
@@ -124,6 +200,10 @@ class EtcdServer:
         ]
         if self.enable_v2:
             cmd.append("--enable-v2")
+        if self.tls is not None:
+            t = self.tls
+            cmd += [f"--cert-file={t.server_cert}", f"--key-file={t.server_key}", f"--trusted-ca-file={t.ca}"]
+            cmd.append("--client-cert-auth")
         return cmd + list(self.extra_args)
 
     def start(self, *, wait: bool = True, timeout: float = 30.0) -> EtcdServer:
@@ -154,8 +234,13 @@ class EtcdServer:
 
     def healthy(self) -> bool:
         """Whether ``/health`` answers ``true`` now."""
+        context = None
+        if self.tls is not None:
+            context = ssl.create_default_context(cafile=self.tls.ca)
+            context.load_cert_chain(self.tls.client_cert, self.tls.client_key)
+        scheme = "https" if self.tls else "http"
         try:
-            with urllib.request.urlopen(f"http://{self.endpoint}/health", timeout=1) as resp:
+            with urllib.request.urlopen(f"{scheme}://{self.endpoint}/health", timeout=1, context=context) as resp:
                 return bool(json.loads(resp.read()).get("health") == "true")
         except (OSError, ValueError):
             return False
