@@ -1,21 +1,20 @@
 """The ``grpc`` RPC transport: frames of :mod:`rallypoint.rpc.wire` over one unary gRPC method.
 
-Each worker runs a ``grpc.aio`` server in a background thread (its own event loop) that hands
-every request to a thread pool, and calls its peers through the process's cached channels
-(:func:`rallypoint_grpc.transport.get_channel`). Every call carries the job's token; the server's
-:class:`~rallypoint_grpc.transport.TokenInterceptor` refuses calls without it before the request
-is read. Frames are bytes end to end (no protobuf): tensors travel as raw buffers.
+Each worker runs a gRPC server whose thread pool runs the requests (no event loop in between),
+and calls its peers through the process's cached channels
+(:func:`rallypoint_grpc.transport.get_channel`): ``rpc_sync`` in the caller's own thread. Every
+call carries the job's token; the server checks it (``token_matches``, the rendezvous service's
+check) before the request is read and refuses calls without it with ``UNAUTHENTICATED``.
+Frames are bytes end to end (no protobuf): tensors travel as raw buffers.
 """
 
 from __future__ import annotations
 
-import asyncio
-import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import grpc
-import grpc.aio
 
 from rallypoint.rpc.transport import (
     Handler,
@@ -27,12 +26,12 @@ from rallypoint.rpc.transport import (
 from rallypoint_grpc.rpc_options import GrpcRpcOptions
 from rallypoint_grpc.transport import (
     TlsFiles,
-    TokenInterceptor,
     format_endpoint,
     get_channel,
     read_token,
     server_credentials,
     server_options,
+    token_matches,
     token_metadata,
 )
 
@@ -63,9 +62,7 @@ class GrpcRpcTransport:
         self.token = token
         self._metadata = token_metadata(token)
         self._pool = ThreadPoolExecutor(num_threads, thread_name_prefix="rpc-serve")
-        self._loop: asyncio.AbstractEventLoop | None = None
         self._server: Any = None
-        self._thread: threading.Thread | None = None
         self._client_tls = self._tls_for_clients()
 
     def _tls_for_clients(self) -> TlsFiles | None:
@@ -83,44 +80,17 @@ class GrpcRpcTransport:
     # ------------------------------------------------------------- server
     def serve(self, handler: Handler, host: str) -> str:
         """Start the server on ``host`` (a free port); returns ``HOST:PORT``."""
-        started: dict[str, Any] = {}
-        ready = threading.Event()
-        self._thread = threading.Thread(
-            target=self._run, args=(handler, host, started, ready), name="rpc-grpc-server", daemon=True
-        )
-        self._thread.start()
-        ready.wait()
-        if "error" in started:
-            raise started["error"]
-        return format_endpoint(host, started["port"])
 
-    def _run(self, handler: Handler, host: str, started: dict[str, Any], ready: threading.Event) -> None:
-        loop = asyncio.new_event_loop()
-        self._loop = loop
-        try:
-            loop.run_until_complete(self._start(handler, host, started))
-        except BaseException as exc:  # noqa: BLE001 - reported to serve()
-            started["error"] = exc
-            ready.set()
-            loop.close()
-            return
-        ready.set()
-        loop.run_forever()
-        loop.close()
-
-    async def _start(self, handler: Handler, host: str, started: dict[str, Any]) -> None:
-        pool, loop = self._pool, asyncio.get_running_loop()
-
-        async def call(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
-            return await loop.run_in_executor(pool, handler, request)
+        def call(request: bytes, context: grpc.ServicerContext) -> bytes:
+            return handler(request)
 
         method = grpc.unary_unary_rpc_method_handler(call)
-        generic = grpc.method_handlers_generic_handler("rallypoint.rpc.Rpc", {"Call": method})
-        server = grpc.aio.server(
-            interceptors=[TokenInterceptor(self.token)],
+        server = grpc.server(
+            self._pool,
+            handlers=[grpc.method_handlers_generic_handler("rallypoint.rpc.Rpc", {"Call": method})],
+            interceptors=[_TokenCheck(self.token)],
             options=server_options(self.options.max_message_bytes),
         )
-        server.add_generic_rpc_handlers((generic,))
         target = format_endpoint(host, 0)
         o = self.options
         if o.tls_cert is not None:
@@ -128,9 +98,9 @@ class GrpcRpcTransport:
             port = server.add_secure_port(target, server_credentials(tls))
         else:
             port = server.add_insecure_port(target)
-        await server.start()
+        server.start()
         self._server = server
-        started["port"] = port
+        return format_endpoint(host, port)
 
     # ------------------------------------------------------------- client
     def call(self, address: str, frame: bytes, timeout: float | None, reply: Reply) -> None:
@@ -153,14 +123,21 @@ class GrpcRpcTransport:
 
         future.add_done_callback(done)
 
+    def call_blocking(self, address: str, frame: bytes, timeout: float | None) -> bytes:
+        """The same call, made in the caller's thread; raises a transport error."""
+        channel = get_channel(address, self._client_tls, max_message_bytes=self.options.max_message_bytes)
+        try:
+            reply: bytes = channel.unary_unary(METHOD)(frame, timeout=timeout, metadata=self._metadata)
+        except grpc.RpcError as exc:
+            raise _error(exc) from None
+        except ValueError as exc:  # e.g. a closed channel
+            raise TransportUnavailable(str(exc)) from None
+        return reply
+
     def close(self) -> None:
         """Stop the server (calls in progress get 5 s to finish) and its thread pool."""
-        loop, server = self._loop, self._server
-        if loop is not None and server is not None and loop.is_running():
-            asyncio.run_coroutine_threadsafe(server.stop(5), loop).result(timeout=10)
-            loop.call_soon_threadsafe(loop.stop)
-        if self._thread is not None:
-            self._thread.join(timeout=10)
+        if self._server is not None:
+            self._server.stop(5).wait(10)
         self._pool.shutdown(wait=False, cancel_futures=True)
 
 
@@ -173,3 +150,23 @@ def _error(exc: grpc.RpcError) -> Exception:
     if code in _REFUSED:
         return TransportRefused(text)
     return TransportUnavailable(text)
+
+
+class _TokenCheck(grpc.ServerInterceptor):  # type: ignore[misc]
+    """The token check of a synchronous server: calls without the token never reach a handler."""
+
+    def __init__(self, token: str) -> None:
+        self._token = token
+
+        def deny(request: Any, context: grpc.ServicerContext) -> None:
+            context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong token: this worker requires one")
+
+        self._deny = grpc.unary_unary_rpc_method_handler(deny)
+
+    def intercept_service(
+        self, continuation: Callable[[grpc.HandlerCallDetails], grpc.RpcMethodHandler], details: grpc.HandlerCallDetails
+    ) -> grpc.RpcMethodHandler:
+        """Pass authenticated calls on; answer the others with a handler that aborts."""
+        if token_matches(details.invocation_metadata, self._token):
+            return continuation(details)
+        return self._deny

@@ -24,7 +24,7 @@ from rallypoint.rpc.futures import Future
 from rallypoint.rpc.refs import HolderTable, OwnerTable
 from rallypoint.rpc.remote_errors import describe_exception, rebuild_exception
 from rallypoint.rpc.serialization import Decoder, Encoder, dumps_tree, loads_tree
-from rallypoint.rpc.transport import RpcTransport, TransportRefused, TransportTimeout
+from rallypoint.rpc.transport import RpcTransport, TransportError, TransportRefused, TransportTimeout
 from rallypoint.rpc.wire import pack, unpack
 
 __all__ = ["CURRENT_AGENT", "RpcAgent", "WorkerInfo"]
@@ -74,7 +74,7 @@ class RpcAgent:
         self.held = HolderTable(self._give_back)
         self.decoder = Decoder(self.exposure, info.name, allow_pickle=allow_pickle, make_rref=self._received_rref)
         self._ids = itertools.count()
-        self._pending: set[Future[Any]] = set()
+        self._outstanding = 0
         self._pending_lock = threading.Condition()
         self._completer = ThreadPoolExecutor(4, thread_name_prefix=f"rpc-{info.name}-reply")
         self._closed = False
@@ -117,10 +117,9 @@ class RpcAgent:
         return None if value <= 0 else value
 
     # --------------------------------------------------------------- sending
-    def send(
+    def _prepare(
         self, to: WorkerInfo, header: dict[str, Any], values: dict[str, Any], timeout: float | None, what: str
-    ) -> Future[Any]:
-        """Send one request; the future completes with the decoded reply (or the remote error)."""
+    ) -> tuple[bytes, float | None]:
         if self._closed:
             raise RpcError(f"RPC on {self.info.name} is shut down; cannot call {what} on {to.name}")
         enc = Encoder(allow_pickle=self.allow_pickle)
@@ -129,7 +128,13 @@ class RpcAgent:
         limit = self.effective_timeout(timeout)
         header.update(v=_VERSION, src=self.info.name, ser=self.serializer, timeout=limit)
         self._grant(enc.out.rrefs, to.name, limit)
-        frame = pack(dumps_tree(header), enc.out.buffers)
+        return pack(dumps_tree(header), enc.out.buffers), limit
+
+    def send(
+        self, to: WorkerInfo, header: dict[str, Any], values: dict[str, Any], timeout: float | None, what: str
+    ) -> Future[Any]:
+        """Send one request; the future completes with the decoded reply (or the remote error)."""
+        frame, limit = self._prepare(to, header, values, timeout, what)
         fut: Future[Any] = Future()
         self._track(fut)
 
@@ -142,16 +147,45 @@ class RpcAgent:
         self.transport.call(to.address, frame, limit, reply)
         return fut
 
-    def _track(self, fut: Future[Any]) -> None:
-        with self._pending_lock:
-            self._pending.add(fut)
+    def call(
+        self, to: WorkerInfo, header: dict[str, Any], values: dict[str, Any], timeout: float | None, what: str
+    ) -> Any:
+        """Send one request and wait for its reply in this thread (``rpc_sync``); returns the result.
 
-        def untrack(done: Future[Any]) -> None:
-            with self._pending_lock:
-                self._pending.discard(done)
+        Uses the transport's ``call_blocking`` when it has one (no thread hand-over), else
+        :meth:`send` and a wait.
+        """
+        blocking = getattr(self.transport, "call_blocking", None)
+        if blocking is None:
+            return self.send(to, header, values, timeout, what).wait()
+        frame, limit = self._prepare(to, header, values, timeout, what)
+        self._count(1)
+        try:
+            data = blocking(to.address, frame, limit)
+        except TransportError as exc:
+            raise self._transport_error(to, what, limit, exc) from None
+        finally:
+            self._count(-1)
+        return self._decode_reply(to, data)
+
+    def _count(self, delta: int) -> None:
+        with self._pending_lock:
+            self._outstanding += delta
+            if not self._outstanding:
                 self._pending_lock.notify_all()
 
-        fut.add_done_callback(untrack)
+    def _track(self, fut: Future[Any]) -> None:
+        self._count(1)
+        fut.add_done_callback(lambda _: self._count(-1))
+
+    def _decode_reply(self, to: WorkerInfo, data: bytes | None) -> Any:
+        header, bufs = unpack(data or b"")
+        tree = loads_tree(header)
+        if not isinstance(tree, dict):
+            raise SerializationError(f"malformed reply from {to.name}")
+        if "err" in tree:
+            raise rebuild_exception(tree["err"], self.decoder)
+        return self.decoder.decode(tree.get("ok"), bufs)
 
     def _complete(
         self,
@@ -166,14 +200,7 @@ class RpcAgent:
             fut.set_exception(self._transport_error(to, what, limit, error))
             return
         try:
-            header, bufs = unpack(data or b"")
-            tree = loads_tree(header)
-            if not isinstance(tree, dict):
-                raise SerializationError(f"malformed reply from {to.name}")
-            if "err" in tree:
-                fut.set_exception(rebuild_exception(tree["err"], self.decoder))
-            else:
-                fut.set_result(self.decoder.decode(tree.get("ok"), bufs))
+            fut.set_result(self._decode_reply(to, data))
         except BaseException as exc:  # noqa: BLE001 - handed to whoever waits on the future
             fut.set_exception(exc)
 
@@ -192,13 +219,13 @@ class RpcAgent:
                 self.owned.incref(rref.rref_id)
             else:
                 header = {"op": "incref", "rref": rref.rref_id, "n": 1, "holder": receiver}
-                self.send(self.worker(owner), header, {}, limit, f"RRef {rref.rref_id} (incref)").wait()
+                self.call(self.worker(owner), header, {}, limit, f"RRef {rref.rref_id} (incref)")
 
     def wait_idle(self, timeout: float | None = None) -> bool:
         """Wait until no call sent from here is outstanding; ``False`` if ``timeout`` passed first."""
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._pending_lock:
-            while self._pending:
+            while self._outstanding:
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
                     return False

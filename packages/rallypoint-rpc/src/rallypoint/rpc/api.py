@@ -173,7 +173,12 @@ def rpc_sync(
     timeout: float | None = None,
 ) -> T:
     """Run ``func(*args, **kwargs)`` on ``to`` and return its result (see :func:`rpc_async`)."""
-    return rpc_async(to, func, args, kwargs, timeout).wait()
+    agent = current_agent()
+    peer = agent.worker(to)
+    path = callable_path(func)
+    values = {"args": list(args or ()), "kwargs": dict(kwargs or {})}
+    result: T = agent.call(peer, {"op": "call", "fn": path}, values, timeout, f"{peer.name}:{path}")
+    return result
 
 
 def _remote_call(

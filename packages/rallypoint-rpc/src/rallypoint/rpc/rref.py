@@ -104,7 +104,8 @@ class RRef(Generic[T]):
             return self.local_value()
         header = {"op": "fetch", "rref": self.rref_id, "pending": not self.confirmed_by_owner()}
         what = f"RRef {self.rref_id}.to_here()"
-        return self._agent.send(self._owner, header, {}, timeout, what).wait()  # type: ignore[no-any-return]
+        value: T = self._agent.call(self._owner, header, {}, timeout, what)
+        return value
 
     def rpc_sync(self, timeout: float | None = None) -> Any:
         """A proxy whose method calls run on the owner and return the result: ``rref.rpc_sync().add(1)``."""
@@ -128,8 +129,10 @@ class RRef(Generic[T]):
         if mode == "remote":
             return _remote_call(self._agent, self._owner, header, args, kwargs, timeout, what)
         header["op"] = "method"
-        fut = self._agent.send(self._owner, header, {"args": list(args), "kwargs": kwargs}, timeout, what)
-        return fut.wait() if mode == "sync" else fut
+        values = {"args": list(args), "kwargs": kwargs}
+        if mode == "sync":
+            return self._agent.call(self._owner, header, values, timeout, what)
+        return self._agent.send(self._owner, header, values, timeout, what)
 
 
 class _Proxy:

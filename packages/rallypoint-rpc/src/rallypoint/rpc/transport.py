@@ -57,6 +57,9 @@ class RpcTransport(Protocol):
         """
         ...
 
+    # Optional: ``call_blocking(address, frame, timeout) -> bytes``, the same call made in the
+    # caller's thread (raising TransportError subclasses); rpc_sync uses it when present.
+
     def close(self) -> None:
         """Stop serving (after the calls in progress finish) and close the clients."""
         ...
