@@ -30,11 +30,12 @@ def test_defaults_and_the_file(tmp_path: Path) -> None:
     assert load_job_config(None, SCHEMA, environ={}).section(TimerSection).model_dump() == {
         "watchdog": "off",
         "timeline": False,
+        "timeline_config": None,
         "options": {},
     }
-    (tmp_path / "job.toml").write_text('[timer]\nwatchdog = "file"\ntimeline = true\n')
+    (tmp_path / "job.toml").write_text('[timer]\nwatchdog = "file"\ntimeline = true\ntimeline_config = "tl.json"\n')
     timer = load_job_config(tmp_path / "job.toml", SCHEMA, environ={}).config.timer
-    assert (timer.watchdog, timer.timeline) == ("file", True)
+    assert (timer.watchdog, timer.timeline, timer.timeline_config) == ("file", True, "tl.json")
     env = load_job_config(None, SCHEMA, environ={"RALLYPOINT_TIMER_TIMELINE": "true"}).config.timer
     assert env.timeline is True
 

@@ -326,6 +326,10 @@ def _worker_env(resolved: ResolvedConfig, facts: NodeFacts, job: JobSection) -> 
         )
     if facts.job_file is not None:
         env["RALLYPOINT_CONFIG"] = str(facts.job_file)
+    timeline_config = getattr(_timer_section(resolved), "timeline_config", None)  # [timer] (rallypoint-timer)
+    if timeline_config:
+        base = facts.job_file.parent if facts.job_file is not None else facts.cwd
+        env["RALLYPOINT_TIMELINE_CONFIG"] = str(base / timeline_config)
     # workers bind the interface of the agent's --local-addr, not whatever the host name resolves to
     env.update(socket_ifname_env(facts.local_interface, {**facts.environ, **job.env}))
     return {**env, **job.env}

@@ -13,7 +13,10 @@ Timeline (worker side)::
         ...
     timer.start_event("eval"); ...; timer.end_event("eval")
     timer.sync_clocks()            # after the process group is up: offset against rank 0
-    trace = timer.get_timeline()   # every rank of this attempt, on rank 0's clock
+    trace = timer.get_timeline()   # every rank of every node of this attempt, on rank 0's clock
+                                   # (a collective once the process group is up)
+
+    client = timer.TimelineClient(config_path="timer_config.json", log_path="timer_events.log")
 
 Importing this package is light: no torch, no pydantic. Hook specifications live in
 :mod:`rallypoint.timer.hookspecs`; the agent-side servers in :mod:`rallypoint.timer.backends`.
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from rallypoint.timer.client import TimelineClient
 from rallypoint.timer.records import TimerBackendRecord
 from rallypoint.timer.timeline import (
     Event,
@@ -68,6 +72,7 @@ __all__ = [
     "Event",
     "Recorder",
     "Timeline",
+    "TimelineClient",
     "TimelineConfig",
     "TimelineError",
     "configure_timeline",

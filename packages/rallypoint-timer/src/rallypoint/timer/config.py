@@ -21,6 +21,13 @@ class TimerSection(Section):
 
     watchdog: str = Field(default="off", description='Watchdog backend (local, file), or "off".')
     timeline: bool = Field(default=False, description="Record every worker's event timeline.")
+    timeline_config: str | None = Field(
+        default=None,
+        description=(
+            "A JSON timeline config file (which events, flush interval, CUDA spans), relative to the "
+            "job file; workers get it as RALLYPOINT_TIMELINE_CONFIG (rallypoint.timer.TimelineClient reads it)."
+        ),
+    )
     options: dict[str, Any] = Field(default_factory=dict, description="The watchdog backend's own options.")
 
 

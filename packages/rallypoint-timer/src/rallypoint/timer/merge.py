@@ -298,12 +298,18 @@ def get_timeline(run_dir: str | Path | None = None) -> Timeline:
     """The merged global timeline.
 
     Args:
-        run_dir: a run directory (or log file) to read; default: this worker's own log
-            directory, i.e. every rank of this attempt (the process-wide recorder is flushed
-            first). A recorder without a file gives this process's events only.
+        run_dir: a run directory (or log file) to read. Default: in a worker whose process
+            group is up, every rank of every node of this attempt, on rank 0's clock, gathered
+            through the job's store (a collective: every rank calls it; see
+            :func:`rallypoint.timer.gather.gather_timeline`); without a process group, this
+            process's own log directory (or its in-memory events).
     """
     if run_dir is not None:
         return merge_logs([run_dir])
+    from rallypoint.timer.gather import gather_timeline, process_group_ready
+
+    if process_group_ready():
+        return gather_timeline()
     from rallypoint.timer.timeline import get_recorder
 
     recorder = get_recorder()

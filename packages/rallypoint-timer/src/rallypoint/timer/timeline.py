@@ -504,8 +504,10 @@ def configure_timeline(
     return _recorder
 
 
-def start_event(name: str, args: Mapping[str, Any] | None = None) -> None:
-    """Start event ``name`` on this thread (``args`` are shown in the trace)."""
+def start_event(name: str, args: Mapping[str, Any] | None = None, **attrs: Any) -> None:
+    """Start event ``name`` on this thread; ``attrs`` (as for :class:`event`) and ``args`` show in the trace."""
+    if attrs:
+        args = {**(args or {}), **attrs}
     (_recorder or get_recorder()).start(name, args)
 
 
