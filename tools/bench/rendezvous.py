@@ -85,7 +85,7 @@ def _node_main(argv: list[str]) -> int:
     import argparse
 
     p = argparse.ArgumentParser(prog="rendezvous.py --node")
-    p.add_argument("--node", choices=("etcd", "torch-etcd-v2", "file", "torch"), required=True)
+    p.add_argument("--node", choices=("etcd", "torch-etcd-v2", "file", "grpc", "torch"), required=True)
     p.add_argument("--index", type=int, required=True)
     p.add_argument("--nodes", type=int, required=True)
     p.add_argument("--run-id", required=True)
@@ -95,18 +95,19 @@ def _node_main(argv: list[str]) -> int:
     p.add_argument("--done-fd", type=int, required=True)
     a = p.parse_args(argv)
 
-    if a.node == "file":
+    if a.node in ("file", "grpc"):
         from rallypoint.rendezvous.config import RendezvousSection
         from rallypoint.rendezvous.handler import RendezvousHandler, default_node
 
         section = RendezvousSection(
-            backend="file",
+            backend=a.node,
             run_id=a.run_id,
             join_timeout=RENDEZVOUS_TIMEOUT,
             last_call_timeout=1.0,
             heartbeat_interval=2.0,
             heartbeat_timeout=30.0,  # generous: N processes share two CPUs
-            options={"path": a.path},
+            # grpc: every node names the endpoint; the first to bind it hosts the server (like is_host)
+            options={"path": a.path} if a.node == "file" else {"endpoint": a.endpoint, "linger": 0},
         )
         node = default_node(node_id=f"node{a.index}", addr=LOOPBACK)
         handler = RendezvousHandler.from_config(section, node, min_nodes=a.nodes, max_nodes=a.nodes)
@@ -223,7 +224,7 @@ class RendezvousSide:
         """Spawn, set up, release, collect and check; return max(return) - release in seconds."""
         run_id = f"bench-{uuid.uuid4().hex[:10]}"
         tmp = tempfile.mkdtemp(prefix="rp-bench-rdzv-")
-        extra = ["--path", tmp] if self.kind == "file" else ["--endpoint", f"{LOOPBACK}:{_free_port()}"]
+        extra = ["--path", tmp] if self.kind == "file" else ["--endpoint", f"{LOOPBACK}:{_free_port()}"]  # grpc, torch
         if self.endpoint is not None:  # etcd kinds
             extra = ["--endpoint", self.endpoint]
         start_r, start_w = os.pipe()
@@ -428,6 +429,21 @@ def _etcd_alone(n: int, endpoint: str, settings: dict[str, int]) -> list[float]:
     return samples
 
 
+def _side_alone(kind: str, n: int, settings: dict[str, int]) -> list[float]:
+    """N above --torch-max-nodes: rallypoint's ``file``/``grpc`` side only, every sample checked."""
+    side = RendezvousSide(kind, n, VirtualClock())
+    for _ in range(settings["warmup"]):
+        side.run_once()
+    samples = sorted(side.run_once() for _ in range(settings["rounds"]))
+    print(
+        f"rendezvous N={n}: rallypoint {kind} backend alone (torch's side skipped above --torch-max-nodes): "
+        f"median {format_duration(samples[len(samples) // 2])}, min {format_duration(samples[0])}, "
+        f"max {format_duration(samples[-1])}, {len(samples)} sample(s)\n",
+        flush=True,
+    )
+    return samples
+
+
 # ------------------------------------------------------------------------------------------------
 # Benchmark
 
@@ -466,6 +482,12 @@ def main(argv: list[str] | None = None) -> int:
         metavar="N",
         help=f"--etcd: largest N for torch's sides (default {TORCH_MAX_NODES}; a torch node needs ~150 MB)",
     )
+    parser.add_argument(
+        "--backend",
+        choices=("file", "grpc"),
+        default="file",
+        help="rallypoint's side: the file backend, or grpc (server hosted by the first node to bind the endpoint)",
+    )
     args = parser.parse_args(argv)
     sizes = args.sizes or (SMOKE_SIZES if args.smoke else DEFAULT_SIZES)
     settings = settings_from_args(args)
@@ -473,10 +495,14 @@ def main(argv: list[str] | None = None) -> int:
         return _etcd_main(args, settings)
     labels = ("rallypoint", "torch")
     results = {}
+    alone: dict[int, list[float]] = {}
     try:
         for n in sizes:
+            if n > args.torch_max_nodes:  # torch's nodes would not fit in memory: rallypoint's side alone
+                alone[n] = _side_alone(args.backend, n, settings)
+                continue
             clock = VirtualClock()
-            a = RendezvousSide("file", n, clock)
+            a = RendezvousSide(args.backend, n, clock)
             b = RendezvousSide("torch", n, clock)
 
             progress = None
@@ -492,7 +518,7 @@ def main(argv: list[str] | None = None) -> int:
                     comparison,
                     title=f"rendezvous N={n}: node processes on loopback, release to last next_rendezvous() return",
                     details=[
-                        f"A rallypoint: file backend, RendezvousHandler.next_rendezvous(), min=max={n}",
+                        f"A rallypoint: {args.backend} backend, RendezvousHandler.next_rendezvous(), min=max={n}",
                         f"B torch:      c10d dynamic rendezvous (TCPStore on {LOOPBACK}), min=max={n}",
                     ],
                 ),
@@ -515,6 +541,10 @@ def main(argv: list[str] | None = None) -> int:
             f"{n:>4}  {format_duration(c.a.median):>11}  {format_duration(c.b.median):>11}  "
             f"{format_ratio(c.ratio) + 'x':>8}  {verdict}".rstrip()
         )
+    for n, samples in alone.items():
+        print(f"{n:>4}  {format_duration(samples[len(samples) // 2]):>11}  {'(skipped)':>11}")
+    if not results:
+        return 0
     largest = max(results)
     print(f"headline at N={largest}:")
     print(ratio_line(results[largest]), flush=True)

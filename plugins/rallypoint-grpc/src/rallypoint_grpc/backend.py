@@ -95,6 +95,7 @@ class GrpcBackend:
         self._metadata = token_metadata(token)
         self._tls = tls
         self._max = max_message_bytes
+        get_channel(endpoint, tls, max_message_bytes=max_message_bytes)  # starts connecting
 
     @property
     def _stub(self) -> Any:

@@ -17,6 +17,7 @@ start-up).
 
 from __future__ import annotations
 
+import contextlib
 import hmac
 import os
 import random
@@ -210,6 +211,19 @@ def channel_options(max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> list[
 
 
 _CHANNELS: dict[tuple[Any, ...], grpc.Channel] = {}
+
+
+def _start_connecting(channel: grpc.Channel) -> None:
+    """Ask the channel to connect now, without a thread and without waiting.
+
+    ``grpc.channel_ready_future`` would do it with a polling thread, and a thread inside gRPC
+    while the process forks breaks gRPC in the child. The cython channel's
+    ``check_connectivity_state(True)`` starts the connection from the calling thread; where this
+    grpcio lacks it, the first call connects instead.
+    """
+    inner = getattr(channel, "_channel", None)
+    with contextlib.suppress(Exception):
+        inner.check_connectivity_state(True)  # type: ignore[union-attr]
 _CHANNELS_LOCK = threading.Lock()
 
 
@@ -219,6 +233,7 @@ def get_channel(
     """The process's channel to ``target`` (one per process, target, TLS setup and size limit).
 
     The cache is keyed by process id too: a forked child never reuses its parent's channel.
+    A new channel starts connecting at once, in the background.
     """
     key = (os.getpid(), target, tls, max_message_bytes)
     with _CHANNELS_LOCK:
@@ -232,6 +247,8 @@ def get_channel(
                     options.append(("grpc.ssl_target_name_override", tls.server_name))
                 channel = grpc.secure_channel(target, channel_credentials(tls), options=options)
             _CHANNELS[key] = channel
+            # Start connecting now (without waiting): the first call does not pay the handshake.
+            _start_connecting(channel)
         return channel
 
 
