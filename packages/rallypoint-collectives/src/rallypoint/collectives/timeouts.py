@@ -239,7 +239,16 @@ def decide(event: TimeoutEvent, on_timeout: TimeoutHandler | None) -> float | No
         return None
     if isinstance(answer, WaitMore):
         if event.can_wait_more:
-            log.warning("collectives: %s; the timeout handler waits %gs more", event.error, answer.seconds)
+            log.warning(
+                "collectives: %s on %s not complete after %.1fs on rank %d (missing: %s); the timeout handler "
+                "waits %gs more",
+                event.op,
+                event.group,
+                event.elapsed,
+                event.rank,
+                ", ".join(map(str, event.missing)) or "unknown",
+                answer.seconds,
+            )
             return float(answer.seconds)
         why = "a call waits more only once" if event.attempt > 1 else "Gloo closed the connection to the peer"
         log.warning("collectives: the timeout handler asked to wait more, refused (%s): raising", why)

@@ -236,7 +236,7 @@ def _complete_under(
         raise TypeError(f"{op}: timeout= must be seconds, a rallypoint.collectives.Deadline or None, not {dl!r}")
     dl.close()
     started = time.monotonic()
-    complete(work, op, info, seq, max(MIN_WAIT, dl.remaining()), peer, on_timeout, dl)
+    complete(work, op, info, seq, max(MIN_WAIT, round(dl.remaining(), 3)), peer, on_timeout, dl)
     dl.record(_label(op, info, peer), time.monotonic() - started)
 
 
@@ -278,11 +278,11 @@ def _slow_wait(
     if remaining > 0 and _waited(work, remaining):
         _withdraw(key)
         return
-    attempt = 1
+    attempt, allowed = 1, timeout
     while True:
-        err = _diagnose(op, info, seq, timeout)
+        err = _diagnose(op, info, seq, allowed)
         extra = _expire(err, info, started, timeout, attempt, attempt == 1, on_timeout, dl, None)
-        attempt += 1
+        attempt, allowed = attempt + 1, allowed + extra
         if _waited(work, extra):
             _withdraw(key)
             return
@@ -302,21 +302,21 @@ def _poll_wait(
     deadline = start + timeout
     key: str | None = None
     pause = 0.0001
-    attempt = 1
+    attempt, allowed = 1, timeout
     while not work.is_completed():
         now = time.monotonic()
         if key is None and peer is None and now - start >= min(PROBE, timeout):
             key = _announce(info, seq, op)
         if now >= deadline:
             if peer is not None:
-                err = _p2p_timeout(op, info, peer, timeout)
+                err = _p2p_timeout(op, info, peer, allowed)
             else:
                 if key is None:
                     key = _announce(info, seq, op)
-                err = _diagnose(op, info, seq, timeout)
+                err = _diagnose(op, info, seq, allowed)
             more = _expire(err, info, start, timeout, attempt, attempt == 1, on_timeout, dl, peer)
             deadline = time.monotonic() + more
-            attempt += 1
+            attempt, allowed = attempt + 1, allowed + more
         time.sleep(pause)
         pause = min(pause * 2, 0.01)
     work.wait()
