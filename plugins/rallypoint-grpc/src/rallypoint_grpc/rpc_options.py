@@ -21,6 +21,8 @@ class GrpcRpcOptions(BaseModel):
         mutual_tls: servers require client certificates signed by ``tls_ca``.
         tls_server_name: the name checked against the peers' certificates (default: their address).
         max_message_bytes: largest request or reply (arguments and results of one call).
+        same_host_shm: between workers of one host, frames of 64 KiB or more travel through
+            files in ``/dev/shm`` (the gRPC message only names them).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -33,6 +35,7 @@ class GrpcRpcOptions(BaseModel):
     mutual_tls: bool = False
     tls_server_name: str | None = None
     max_message_bytes: int = Field(default=512 << 20, ge=4096, le=(2 << 30) - 1)
+    same_host_shm: bool = True
 
     @model_validator(mode="after")
     def _consistent(self) -> GrpcRpcOptions:

@@ -10,6 +10,7 @@ Frames are bytes end to end (no protobuf): tensors travel as raw buffers.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -24,6 +25,7 @@ from rallypoint.rpc.transport import (
     TransportUnavailable,
 )
 from rallypoint_grpc.rpc_options import GrpcRpcOptions
+from rallypoint_grpc.rpc_shm import METADATA_KEY, REF_MAGIC, THRESHOLD, SharedMemoryPath
 from rallypoint_grpc.transport import (
     TlsFiles,
     format_endpoint,
@@ -44,6 +46,7 @@ _REFUSED = {
     grpc.StatusCode.PERMISSION_DENIED,
     grpc.StatusCode.RESOURCE_EXHAUSTED,
     grpc.StatusCode.UNIMPLEMENTED,
+    grpc.StatusCode.INVALID_ARGUMENT,
 }
 
 
@@ -60,10 +63,13 @@ class GrpcRpcTransport:
     def __init__(self, options: GrpcRpcOptions, *, token: str, num_threads: int = 16) -> None:
         self.options = options
         self.token = token
-        self._metadata = token_metadata(token)
         self._pool = ThreadPoolExecutor(num_threads, thread_name_prefix="rpc-serve")
         self._server: Any = None
         self._client_tls = self._tls_for_clients()
+        self.shm = SharedMemoryPath.create(options.max_message_bytes) if options.same_host_shm else None
+        marker = ((METADATA_KEY, self.shm.marker),) if self.shm is not None else ()
+        self._metadata = token_metadata(token) + marker
+        self._local: set[str] = set()
 
     def _tls_for_clients(self) -> TlsFiles | None:
         o = self.options
@@ -82,7 +88,19 @@ class GrpcRpcTransport:
         """Start the server on ``host`` (a free port); returns ``HOST:PORT``."""
 
         def call(request: bytes, context: grpc.ServicerContext) -> bytes:
-            return handler(request)
+            shm = self.shm
+            if shm is None:
+                return handler(request)
+            context.send_initial_metadata(((METADATA_KEY, shm.marker),))
+            if request[: len(REF_MAGIC)] == REF_MAGIC:
+                try:
+                    request = shm.take(request)
+                except ValueError as exc:
+                    context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+            reply = handler(request)
+            if len(reply) >= THRESHOLD and shm.visible(_marker(context.invocation_metadata())):
+                reply = shm.put(reply)[0]
+            return reply
 
         method = grpc.unary_unary_rpc_method_handler(call)
         server = grpc.server(
@@ -106,19 +124,22 @@ class GrpcRpcTransport:
     def call(self, address: str, frame: bytes, timeout: float | None, reply: Reply) -> None:
         """Send ``frame`` to ``address``; ``reply`` gets the answer or a transport error."""
         channel = get_channel(address, self._client_tls, max_message_bytes=self.options.max_message_bytes)
-        stub = channel.unary_unary(METHOD)
+        request, sent = self._outgoing(address, frame)
         try:
-            future = stub.future(frame, timeout=timeout, metadata=self._metadata)
+            future = channel.unary_unary(METHOD).future(request, timeout=timeout, metadata=self._metadata)
         except Exception as exc:  # noqa: BLE001 - e.g. a closed channel
+            self._forget(sent)
             reply(None, TransportUnavailable(str(exc)))
             return
 
         def done(fut: Any) -> None:
             try:
-                reply(fut.result(), None)
+                reply(self._incoming(address, fut.result(), fut, sent), None)
             except grpc.RpcError as exc:
+                self._forget(sent)
                 reply(None, _error(exc))
-            except Exception as exc:  # noqa: BLE001 - cancelled futures and the like
+            except Exception as exc:  # noqa: BLE001 - cancelled futures, a bad shared-memory reply
+                self._forget(sent)
                 reply(None, TransportUnavailable(f"{type(exc).__name__}: {exc}"))
 
         future.add_done_callback(done)
@@ -126,19 +147,54 @@ class GrpcRpcTransport:
     def call_blocking(self, address: str, frame: bytes, timeout: float | None) -> bytes:
         """The same call, made in the caller's thread; raises a transport error."""
         channel = get_channel(address, self._client_tls, max_message_bytes=self.options.max_message_bytes)
+        request, sent = self._outgoing(address, frame)
         try:
-            reply: bytes = channel.unary_unary(METHOD)(frame, timeout=timeout, metadata=self._metadata)
+            reply, call = channel.unary_unary(METHOD).with_call(request, timeout=timeout, metadata=self._metadata)
+            return self._incoming(address, reply, call, sent)
         except grpc.RpcError as exc:
             raise _error(exc) from None
-        except ValueError as exc:  # e.g. a closed channel
+        except ValueError as exc:  # a closed channel, a bad shared-memory reply
             raise TransportUnavailable(str(exc)) from None
+        finally:
+            self._forget(sent)
+
+    def _outgoing(self, address: str, frame: bytes) -> tuple[bytes, str | None]:
+        """The message for ``frame``: a shared-memory reference to a peer of this host, else the frame."""
+        if self.shm is not None and len(frame) >= THRESHOLD and address in self._local:
+            return self.shm.put(frame)
+        return frame, None
+
+    def _incoming(self, address: str, reply: bytes, call: Any, sent: str | None) -> bytes:
+        """The reply frame; learns from the reply's metadata whether ``address`` shares this host."""
+        self._forget(sent)
+        if self.shm is None:
+            return reply
+        if address not in self._local:
+            with contextlib.suppress(Exception):
+                if self.shm.visible(_marker(call.initial_metadata())):
+                    self._local.add(address)
+        if reply[: len(REF_MAGIC)] == REF_MAGIC:
+            return self.shm.take(reply)
         return reply
+
+    def _forget(self, sent: str | None) -> None:
+        if sent is not None and self.shm is not None:
+            self.shm.discard(sent)
 
     def close(self) -> None:
         """Stop the server (calls in progress get 5 s to finish) and its thread pool."""
         if self._server is not None:
             self._server.stop(5).wait(10)
+        if self.shm is not None:
+            self.shm.close()
         self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _marker(metadata: Any) -> str | None:
+    for item in metadata or ():
+        if item[0] == METADATA_KEY:
+            return str(item[1])
+    return None
 
 
 def _error(exc: grpc.RpcError) -> Exception:
