@@ -14,6 +14,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import netns
@@ -115,8 +116,10 @@ def test_timeline_client_example_on_one_host(tmp_path: Path) -> None:
     assert {e["pid"] for e in trace["traceEvents"] if e["ph"] == "X"} == {0, 1}
 
 
-def test_timeline_client_gathers_every_rank_across_two_hosts(hosts, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    net: netns.HostNetwork = hosts(2)
+def test_timeline_client_gathers_every_rank_across_two_hosts(
+    hosts: Callable[..., netns.HostNetwork], tmp_path: Path
+) -> None:
+    net = hosts(2)
     run_id = f"tl-{tmp_path.name}"
     args = 'job.args=["--steps", "2", "--log", "timer_events.log", "--summary", "summary"]'
     procs = []
