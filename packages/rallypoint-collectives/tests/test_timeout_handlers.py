@@ -184,3 +184,31 @@ def test_importing_the_timeout_api_does_not_import_torch() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_deadline_on_collectives_and_async_work_in_one_process() -> None:
+    import socket
+
+    import torch
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = int(sock.getsockname()[1])
+    rc.init("gloo", timeout=30, rank=0, world_size=1, master_addr="127.0.0.1", master_port=port, environ={})
+    try:
+        deadline = rc.Deadline(20)
+        rc.barrier(timeout=deadline)  # the first call starts the clock
+        assert deadline.closed
+        t = rc.all_reduce(torch.ones(3), timeout=deadline)
+        assert t.tolist() == [1.0, 1.0, 1.0]
+        work = rc.all_reduce(torch.ones(1), async_op=True, timeout=deadline)
+        assert work.wait() is True
+        assert [w.what for w in deadline.waits] == ["barrier on WORLD", "all_reduce on WORLD", "all_reduce on WORLD"]
+        assert not deadline.is_timed_out()
+        assert 0 < deadline.remaining() <= 20
+        with pytest.raises(
+            TypeError, match=r"all_reduce: timeout= must be seconds, a rallypoint\.collectives\.Deadline"
+        ):
+            rc.all_reduce(torch.ones(1), timeout="5s")  # type: ignore[arg-type]
+    finally:
+        rc.destroy()
