@@ -17,7 +17,7 @@ from rallypoint import rpc
 from rallypoint.rpc.errors import RpcRefused, SerializationError
 from rallypoint.rpc.exposure import Exposure, callable_path
 from rallypoint.rpc.serialization import Decoder, Encoder, dumps_tree, loads_tree
-from rallypoint.rpc.wire import pack, unpack
+from rallypoint.rpc.wire import ALIGN, pack, pack_parts, unpack
 
 
 @rpc.expose
@@ -181,3 +181,22 @@ def test_exposure_rules() -> None:
 def test_a_pickled_rref_is_refused() -> None:
     with pytest.raises(TypeError, match="only as an argument"):
         pickle.dumps(object.__new__(rpc.RRef))
+
+
+def test_buffers_are_aligned_and_writable_frames_are_used_in_place() -> None:
+    t = torch.arange(10, dtype=torch.float64)
+    enc = Encoder()
+    tree = enc.add([b"abc", t])
+    frame = bytearray(b"".join(pack_parts(dumps_tree(tree), enc.out.buffers)))
+    header, buffers = unpack(frame)
+    base = memoryview(frame).cast("B")
+    out = Decoder(Exposure(), "w1").decode(loads_tree(header), buffers)
+    assert torch.equal(out[1], t)
+    out[1][0] = 42.0  # the tensor lives in the frame's memory: no copy was made
+    assert struct.unpack_from("<d", base, len(frame) - t.numel() * 8)[0] == 42.0
+    assert (len(frame) - t.numel() * 8) % ALIGN == 0
+    readonly = bytes(frame)
+    header, buffers = unpack(readonly)
+    copy = Decoder(Exposure(), "w1").decode(loads_tree(header), buffers)[1]
+    copy[1] = -1.0  # a read-only frame is copied
+    assert readonly == bytes(frame)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -10,7 +11,7 @@ import torch
 
 from rallypoint import rpc
 from rallypoint.rpc.api import use_agent
-from rallypoint.rpc.wire import pack
+from rallypoint.rpc.wire import pack_parts
 from rallypoint_grpc.rpc_shm import REF_MAGIC, THRESHOLD, SharedMemoryPath
 from rallypoint_grpc.rpc_transport import METHOD
 
@@ -29,7 +30,7 @@ class Counting:
         self.puts = 0
         put = shm.put
 
-        def counted(frame: bytes) -> tuple[bytes, str]:
+        def counted(frame: list[Any]) -> tuple[bytes, str]:
             self.puts += 1
             return put(frame)
 
@@ -80,12 +81,17 @@ def test_forged_shared_memory_references_are_refused(name: str) -> None:
 def test_a_reference_to_a_file_that_is_not_a_regular_file_of_this_user_is_refused(tmp_path: Path) -> None:
     shm = SharedMemoryPath.create(1 << 20, tmp_path)
     assert shm is not None
-    message, name = shm.put(pack(b"{}") + b"x" * THRESHOLD)
+    message, name = shm.put(pack_parts(b"{}", [b"x" * THRESHOLD]))
+    frame = shm.take(message)
+    assert not frame.readonly  # mapped in place, writable (private)
+    assert bytes(frame[-THRESHOLD:]) == b"x" * THRESHOLD
+    assert not (tmp_path / name).exists()
+    message, name = shm.put([b"y" * THRESHOLD])
     (tmp_path / name).unlink()
     (tmp_path / name).symlink_to("/etc/hostname")
     with pytest.raises(ValueError, match="cannot be opened"):
         shm.take(message)
-    big, big_name = shm.put(b"x" * ((1 << 20) + 1))
+    big, big_name = shm.put([b"x" * ((1 << 20) + 1)])
     with pytest.raises(ValueError, match="size limit"):
         shm.take(big)
     assert not (tmp_path / big_name).exists()  # removed even when refused

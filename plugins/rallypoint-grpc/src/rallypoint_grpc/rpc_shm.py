@@ -15,6 +15,7 @@ larger than the message limit. Files are created ``0600``.
 from __future__ import annotations
 
 import contextlib
+import mmap
 import os
 import re
 import secrets
@@ -22,6 +23,7 @@ import stat
 import threading
 import weakref
 from pathlib import Path
+from typing import Any
 
 __all__ = ["METADATA_KEY", "NAME_RE", "REF_MAGIC", "THRESHOLD", "SharedMemoryPath"]
 
@@ -34,6 +36,7 @@ METADATA_KEY = "x-rallypoint-rpc-shm"
 #: The only file names a reference may carry.
 NAME_RE = re.compile(r"^rallypoint-rpc-[0-9a-f]{32}(\.marker)?$")
 _DIR = Path("/dev/shm")
+_IOV_MAX = 1024
 
 
 class SharedMemoryPath:
@@ -46,7 +49,7 @@ class SharedMemoryPath:
         self._lock = threading.Lock()
         self._made: set[str] = set()
         self._visible: dict[str, bool] = {}
-        self._write(self.marker, b"")
+        self._write(self.marker, [])
         # the marker goes with the process even when close() is never called
         self._finalizer = weakref.finalize(self, _unlink, directory / self.marker)
 
@@ -58,13 +61,17 @@ class SharedMemoryPath:
         except OSError:
             return None
 
-    def _write(self, name: str, data: bytes) -> None:
+    def _write(self, name: str, parts: list[Any]) -> None:
         path = self.directory / name
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
+            views = [v for v in (memoryview(p).cast("B") for p in parts) if v.nbytes]
+            while views:
+                written = os.writev(fd, views[:_IOV_MAX])
+                while views and written >= views[0].nbytes:
+                    written -= views.pop(0).nbytes
+                if written:
+                    views[0] = views[0][written:]
         finally:
             os.close(fd)
         with self._lock:
@@ -86,14 +93,16 @@ class SharedMemoryPath:
                 self._visible[marker] = known
         return known
 
-    def put(self, frame: bytes) -> tuple[bytes, str]:
-        """Write ``frame`` to a new file; returns the message that names it, and the name."""
+    def put(self, parts: list[Any]) -> tuple[bytes, str]:
+        """Write a frame (its parts) to a new file; returns the message that names it, and the name."""
         name = f"rallypoint-rpc-{secrets.token_hex(16)}"
-        self._write(name, frame)
+        self._write(name, parts)
         return REF_MAGIC + name.encode(), name
 
-    def take(self, message: bytes) -> bytes:
-        """The frame a reference message names (the file is removed).
+    def take(self, message: bytes) -> memoryview:
+        """The frame a reference message names, mapped in place (the file is removed at once).
+
+        The view is writable (a private mapping): tensors decoded from it use it without a copy.
 
         Raises:
             ValueError: not a valid name, not a regular file of this user, too large, or gone.
@@ -101,26 +110,21 @@ class SharedMemoryPath:
         name = bytes(message[len(REF_MAGIC) :]).decode("ascii", "replace")
         if not NAME_RE.match(name) or name.endswith(".marker"):
             raise ValueError("invalid shared-memory frame name")
-        path = self.directory / name
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+            fd = os.open(self.directory / name, os.O_RDONLY | os.O_NOFOLLOW)
         except OSError as exc:
             raise ValueError(f"shared-memory frame {name} cannot be opened: {exc.strerror}") from None
         try:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid() or st.st_size > self.max_bytes:
                 raise ValueError(f"shared-memory frame {name} is not a frame of this user within the size limit")
-            chunks, left = [], st.st_size
-            while left:
-                chunk = os.read(fd, left)
-                if not chunk:
-                    raise ValueError(f"shared-memory frame {name} is truncated")
-                chunks.append(chunk)
-                left -= len(chunk)
+            if st.st_size == 0:
+                raise ValueError(f"shared-memory frame {name} is empty")
+            mapped = mmap.mmap(fd, st.st_size, mmap.MAP_PRIVATE, mmap.PROT_READ | mmap.PROT_WRITE)
         finally:
             os.close(fd)
             self.discard(name)
-        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        return memoryview(mapped)
 
     def discard(self, name: str) -> None:
         """Remove a frame file if it is still there."""

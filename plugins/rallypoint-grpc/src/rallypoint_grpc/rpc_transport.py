@@ -24,6 +24,7 @@ from rallypoint.rpc.transport import (
     TransportTimeout,
     TransportUnavailable,
 )
+from rallypoint.rpc.wire import frame_size
 from rallypoint_grpc.rpc_options import GrpcRpcOptions
 from rallypoint_grpc.rpc_shm import METADATA_KEY, REF_MAGIC, THRESHOLD, SharedMemoryPath
 from rallypoint_grpc.transport import (
@@ -90,17 +91,18 @@ class GrpcRpcTransport:
         def call(request: bytes, context: grpc.ServicerContext) -> bytes:
             shm = self.shm
             if shm is None:
-                return handler(request)
+                return b"".join(handler(request))
             context.send_initial_metadata(((METADATA_KEY, shm.marker),))
+            frame: Any = request
             if request[: len(REF_MAGIC)] == REF_MAGIC:
                 try:
-                    request = shm.take(request)
+                    frame = shm.take(request)
                 except ValueError as exc:
                     context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
-            reply = handler(request)
-            if len(reply) >= THRESHOLD and shm.visible(_marker(context.invocation_metadata())):
-                reply = shm.put(reply)[0]
-            return reply
+            parts = handler(frame)
+            if frame_size(parts) >= THRESHOLD and shm.visible(_marker(context.invocation_metadata())):
+                return shm.put(parts)[0]
+            return b"".join(parts)
 
         method = grpc.unary_unary_rpc_method_handler(call)
         server = grpc.server(
@@ -121,7 +123,7 @@ class GrpcRpcTransport:
         return format_endpoint(host, port)
 
     # ------------------------------------------------------------- client
-    def call(self, address: str, frame: bytes, timeout: float | None, reply: Reply) -> None:
+    def call(self, address: str, frame: list[Any], timeout: float | None, reply: Reply) -> None:
         """Send ``frame`` to ``address``; ``reply`` gets the answer or a transport error."""
         channel = get_channel(address, self._client_tls, max_message_bytes=self.options.max_message_bytes)
         request, sent = self._outgoing(address, frame)
@@ -144,13 +146,13 @@ class GrpcRpcTransport:
 
         future.add_done_callback(done)
 
-    def call_blocking(self, address: str, frame: bytes, timeout: float | None) -> bytes:
+    def call_blocking(self, address: str, frame: list[Any], timeout: float | None) -> Any:
         """The same call, made in the caller's thread; raises a transport error."""
         channel = get_channel(address, self._client_tls, max_message_bytes=self.options.max_message_bytes)
         request, sent = self._outgoing(address, frame)
         try:
-            reply, call = channel.unary_unary(METHOD).with_call(request, timeout=timeout, metadata=self._metadata)
-            return self._incoming(address, reply, call, sent)
+            answer, call = channel.unary_unary(METHOD).with_call(request, timeout=timeout, metadata=self._metadata)
+            return self._incoming(address, answer, call, sent)
         except grpc.RpcError as exc:
             raise _error(exc) from None
         except ValueError as exc:  # a closed channel, a bad shared-memory reply
@@ -158,13 +160,13 @@ class GrpcRpcTransport:
         finally:
             self._forget(sent)
 
-    def _outgoing(self, address: str, frame: bytes) -> tuple[bytes, str | None]:
+    def _outgoing(self, address: str, frame: list[Any]) -> tuple[bytes, str | None]:
         """The message for ``frame``: a shared-memory reference to a peer of this host, else the frame."""
-        if self.shm is not None and len(frame) >= THRESHOLD and address in self._local:
+        if self.shm is not None and address in self._local and frame_size(frame) >= THRESHOLD:
             return self.shm.put(frame)
-        return frame, None
+        return b"".join(frame), None
 
-    def _incoming(self, address: str, reply: bytes, call: Any, sent: str | None) -> bytes:
+    def _incoming(self, address: str, reply: bytes, call: Any, sent: str | None) -> Any:
         """The reply frame; learns from the reply's metadata whether ``address`` shares this host."""
         self._forget(sent)
         if self.shm is None:

@@ -25,7 +25,7 @@ from rallypoint.rpc.refs import HolderTable, OwnerTable
 from rallypoint.rpc.remote_errors import describe_exception, rebuild_exception
 from rallypoint.rpc.serialization import Decoder, Encoder, dumps_tree, loads_tree
 from rallypoint.rpc.transport import RpcTransport, TransportError, TransportRefused, TransportTimeout
-from rallypoint.rpc.wire import pack, unpack
+from rallypoint.rpc.wire import pack_parts, unpack
 
 __all__ = ["CURRENT_AGENT", "RpcAgent", "WorkerInfo"]
 
@@ -119,7 +119,7 @@ class RpcAgent:
     # --------------------------------------------------------------- sending
     def _prepare(
         self, to: WorkerInfo, header: dict[str, Any], values: dict[str, Any], timeout: float | None, what: str
-    ) -> tuple[bytes, float | None]:
+    ) -> tuple[list[Any], float | None]:
         if self._closed:
             raise RpcError(f"RPC on {self.info.name} is shut down; cannot call {what} on {to.name}")
         enc = Encoder(allow_pickle=self.allow_pickle)
@@ -128,7 +128,7 @@ class RpcAgent:
         limit = self.effective_timeout(timeout)
         header.update(v=_VERSION, src=self.info.name, ser=self.serializer, timeout=limit)
         self._grant(enc.out.rrefs, to.name, limit)
-        return pack(dumps_tree(header), enc.out.buffers), limit
+        return pack_parts(dumps_tree(header), enc.out.buffers), limit
 
     def send(
         self, to: WorkerInfo, header: dict[str, Any], values: dict[str, Any], timeout: float | None, what: str
@@ -138,7 +138,7 @@ class RpcAgent:
         fut: Future[Any] = Future()
         self._track(fut)
 
-        def reply(data: bytes | None, error: BaseException | None) -> None:
+        def reply(data: Any, error: BaseException | None) -> None:
             try:
                 self._completer.submit(self._complete, fut, to, what, limit, data, error)
             except RuntimeError:  # the completer is shut down (a reply after shutdown)
@@ -178,7 +178,7 @@ class RpcAgent:
         self._count(1)
         fut.add_done_callback(lambda _: self._count(-1))
 
-    def _decode_reply(self, to: WorkerInfo, data: bytes | None) -> Any:
+    def _decode_reply(self, to: WorkerInfo, data: Any) -> Any:
         header, bufs = unpack(data or b"")
         tree = loads_tree(header)
         if not isinstance(tree, dict):
@@ -193,7 +193,7 @@ class RpcAgent:
         to: WorkerInfo,
         what: str,
         limit: float | None,
-        data: bytes | None,
+        data: Any,
         error: BaseException | None,
     ) -> None:
         if error is not None:
@@ -259,8 +259,8 @@ class RpcAgent:
             self.send(self.peers[owner], header, {}, None, f"RRef {rref_id} (decref)")
 
     # -------------------------------------------------------------- serving
-    def handle(self, frame: bytes) -> bytes:
-        """Run one request frame and return the reply frame. Never raises."""
+    def handle(self, frame: Any) -> list[Any]:
+        """Run one request frame and return the reply frame's parts. Never raises."""
         token = CURRENT_AGENT.set(self)
         src = "?"
         try:
@@ -279,16 +279,16 @@ class RpcAgent:
                 raise RpcRefused(f"{self.info.name} refused an unknown operation {tree.get('op')!r} from {src}")
             return self._reply(src, op(tree, bufs))
         except BaseException as exc:  # noqa: BLE001 - every failure goes back to the caller
-            return pack(dumps_tree({"err": describe_exception(exc, self.info.name)}))
+            return pack_parts(dumps_tree({"err": describe_exception(exc, self.info.name)}))
         finally:
             CURRENT_AGENT.reset(token)
 
-    def _reply(self, src: str, result: Any) -> bytes:
+    def _reply(self, src: str, result: Any) -> list[Any]:
         enc = Encoder(allow_pickle=self.allow_pickle)
         tree = {"ok": enc.add(result)}
         if enc.out.rrefs:
             self._grant(enc.out.rrefs, src, self.timeout or None)
-        return pack(dumps_tree(tree), enc.out.buffers)
+        return pack_parts(dumps_tree(tree), enc.out.buffers)
 
     def _args(self, tree: dict[str, Any], bufs: list[Any]) -> tuple[list[Any], dict[str, Any]]:
         args = self.decoder.decode(tree.get("args", []), bufs)

@@ -262,7 +262,9 @@ def _tensor(v: dict[str, Any], bufs: list[Any]) -> Any:
     needed = 1 + sum((n - 1) * s for n, s in zip(shape, strides, strict=True))
     if needed * itemsize > len(data) or len(data) % itemsize:
         raise SerializationError(f"tensor buffer of {len(data)} bytes is too small for shape {shape}")
-    flat = torch.frombuffer(bytearray(data), dtype=torch.uint8).view(torch_dtype)
+    # in place when the frame's memory is ours to keep (a shared-memory frame), else one copy
+    owned = data if isinstance(data, memoryview) and not data.readonly else bytearray(data)
+    flat = torch.frombuffer(owned, dtype=torch.uint8).view(torch_dtype)
     out = flat.as_strided(shape, strides)
     if v.get("requires_grad") is True:
         out.requires_grad_(True)

@@ -9,7 +9,7 @@ job's token on every incoming call; it knows nothing of functions, values or RRe
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Protocol
+from typing import Any, Protocol
 
 __all__ = [
     "Handler",
@@ -21,10 +21,13 @@ __all__ = [
     "TransportUnavailable",
 ]
 
-#: Runs one incoming request frame and returns the reply frame (called in a transport thread).
-Handler = Callable[[bytes], bytes]
-#: Completion of an outgoing call: ``(reply frame, None)`` or ``(None, error)``.
-Reply = Callable[[bytes | None, BaseException | None], None]
+#: Runs one incoming request frame (any bytes-like object) and returns the reply frame as its
+#: parts (:func:`rallypoint.rpc.wire.pack_parts`: their concatenation is the frame). Called in a
+#: transport thread.
+Handler = Callable[[Any], list[Any]]
+#: Completion of an outgoing call: ``(reply frame, None)`` or ``(None, error)``; the frame is any
+#: bytes-like object (a writable one lets tensors use it in place).
+Reply = Callable[[Any, BaseException | None], None]
 
 
 class TransportError(Exception):
@@ -50,14 +53,14 @@ class RpcTransport(Protocol):
         """Start serving ``handler`` on ``host`` (any free port); return the address peers use."""
         ...
 
-    def call(self, address: str, frame: bytes, timeout: float | None, reply: Reply) -> None:
-        """Send ``frame`` to ``address`` without blocking; ``reply`` is called exactly once.
+    def call(self, address: str, frame: list[Any], timeout: float | None, reply: Reply) -> None:
+        """Send ``frame`` (its parts) to ``address`` without blocking; ``reply`` is called exactly once.
 
         Errors passed to ``reply`` are :class:`TransportError` subclasses.
         """
         ...
 
-    # Optional: ``call_blocking(address, frame, timeout) -> bytes``, the same call made in the
+    # Optional: ``call_blocking(address, frame, timeout) -> reply frame``, the same call made in the
     # caller's thread (raising TransportError subclasses); rpc_sync uses it when present.
 
     def close(self) -> None:
