@@ -134,6 +134,10 @@ class ThreadStore:
             self.data[key] = str(value).encode()
             return value
 
+    def check(self, keys: list[str]) -> bool:
+        with self.cond:
+            return all(k in self.data for k in keys)
+
     def delete_key(self, key: str) -> bool:
         with self.cond:
             return self.data.pop(key, None) is not None
@@ -169,3 +173,12 @@ def test_gathered_timeline_has_every_rank_on_rank_0s_clock() -> None:
 
 def _skewed(offset: int) -> Callable[[], int]:
     return lambda: time.time_ns() + offset
+
+
+def test_a_rank_calling_it_alone_gets_an_error_naming_the_others() -> None:
+    store = ThreadStore()
+    rec = Recorder(None, rank=0, autoflush=False)
+    start = time.monotonic()
+    with pytest.raises(TimelineError, match=r"rank\(s\) 1, 2 did not call it within 0.3s.*collective"):
+        gather_timeline(store, rank=0, world_size=3, recorder=rec, timeout=0.3)
+    assert time.monotonic() - start < 10

@@ -140,18 +140,22 @@ class TimelineClient:
 
         return sync_clocks(recorder=self.recorder, **kwargs)
 
-    def get_timeline(self) -> Timeline:
+    def get_timeline(self, timeout: float = 600.0) -> Timeline:
         """Every rank of every node of this attempt, on rank 0's clock.
 
         With the process group up this is a collective (every rank calls it) that gathers the
         ranks' records through the job's store, clocks synchronised first; without one, it is
         this worker's own events.
+
+        Args:
+            timeout: seconds to wait for every rank to call it; then a ``TimelineError`` names
+                the ranks that did not.
         """
         from rallypoint.timer.gather import gather_timeline, process_group_ready
         from rallypoint.timer.merge import Timeline, load_records
 
         if process_group_ready():
-            return gather_timeline(recorder=self.recorder)
+            return gather_timeline(recorder=self.recorder, timeout=timeout)
         return Timeline([load_records(self.recorder.records(), rank=self.recorder.rank)])
 
     def flush(self) -> None:

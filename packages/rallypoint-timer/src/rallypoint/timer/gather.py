@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from typing import TYPE_CHECKING, Any
 
 from rallypoint.timer.clock import _default_store, _next_generation, sync_clocks
@@ -49,6 +50,7 @@ def gather_timeline(
     world_size: int | None = None,
     recorder: Recorder | None = None,
     sync: bool = True,
+    timeout: float = 600.0,
     prefix: str = PREFIX,
 ) -> Timeline:
     """Every rank's events of this attempt, on rank 0's clock (a collective: every rank calls it).
@@ -61,10 +63,14 @@ def gather_timeline(
         recorder: whose records to share; default the process-wide recorder.
         sync: estimate the clock offsets first (:func:`~rallypoint.timer.clock.sync_clocks`);
             without it, a rank's latest earlier estimate is used, if any.
+        timeout: seconds to wait for every rank to call it (a store with ``check`` only).
         prefix: store key prefix.
 
     Returns:
         The merged timeline, the same on every rank.
+
+    Raises:
+        TimelineError: some ranks did not call it within ``timeout`` (they are named).
     """
     if recorder is None:
         from rallypoint.timer.timeline import get_recorder
@@ -76,9 +82,10 @@ def gather_timeline(
         world_size = default_world if world_size is None else world_size
     if rank is None or world_size is None:
         raise ValueError("gather_timeline(store=...) needs rank= and world_size= too")
+    base = f"{prefix}/{_next_generation(prefix, rank)}"
+    _all_arrive(store, base, rank, world_size, timeout)
     if sync:
         sync_clocks(store, rank=rank, world_size=world_size, recorder=recorder)
-    base = f"{prefix}/{_next_generation(prefix, rank)}"
     mine = b"\n".join(json.dumps(r, separators=(",", ":")).encode() for r in _this_process(recorder.records()))
     store.set(f"{base}/{rank}", mine)
     logs = []
@@ -89,7 +96,8 @@ def gather_timeline(
     if int(store.add(f"{base}/done", 1)) == world_size:  # everyone has read: tidy up
         delete = getattr(store, "delete_key", None)
         if delete is not None:
-            for key in [f"{base}/{r}" for r in range(world_size)] + [f"{base}/done"]:
+            keys = [f"{base}/{kind}{r}" for r in range(world_size) for kind in ("", "arrived/")]
+            for key in [*keys, f"{base}/done"]:
                 delete(key)
     return Timeline(logs)
 
@@ -99,3 +107,31 @@ def _this_process(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     pid = os.getpid()
     starts = [i for i, r in enumerate(records) if r.get("t") == "meta" and r.get("pid") == pid]
     return records[starts[-1] :] if starts else records
+
+
+def _all_arrive(store: Any, base: str, rank: int, world_size: int, timeout: float) -> None:
+    """Wait until every rank has called :func:`gather_timeline` (this call ``base``), or fail naming them.
+
+    Without this, a rank calling it alone (only rank 0, say) would block in the clock
+    exchange for as long as the store lets it. A store without ``check`` is not watched.
+    """
+    store.set(f"{base}/arrived/{rank}", b"1")
+    check = getattr(store, "check", None)
+    if check is None:
+        return
+    end = time.monotonic() + timeout
+    pending = [r for r in range(world_size) if r != rank]
+    while pending:
+        pending = [r for r in pending if not check([f"{base}/arrived/{r}"])]
+        if not pending:
+            return
+        if time.monotonic() >= end:
+            from rallypoint.timer.timeline import TimelineError
+
+            missing = ", ".join(map(str, pending))
+            raise TimelineError(
+                f"get_timeline() on rank {rank}: rank(s) {missing} did not call it within {timeout:g}s. It is a "
+                "collective once the process group is up: call it on every rank (or read the logs with "
+                "get_timeline(run_dir))"
+            )
+        time.sleep(0.01)
