@@ -21,6 +21,9 @@ class GrpcRpcOptions(BaseModel):
         mutual_tls: servers require client certificates signed by ``tls_ca``.
         tls_server_name: the name checked against the peers' certificates (default: their address).
         max_message_bytes: largest request or reply (arguments and results of one call).
+        chunk_bytes: frames larger than this travel in chunks of this size over a streaming
+            call (between hosts, or without the same-host path); at most ``max_message_bytes``.
+        max_frame_bytes: largest frame (arguments or result of one call) in chunks.
         same_host_shm: between workers of one host, frames of 64 KiB or more travel through
             files in ``/dev/shm`` (the gRPC message only names them).
     """
@@ -35,6 +38,8 @@ class GrpcRpcOptions(BaseModel):
     mutual_tls: bool = False
     tls_server_name: str | None = None
     max_message_bytes: int = Field(default=512 << 20, ge=4096, le=(2 << 30) - 1)
+    chunk_bytes: int = Field(default=4 << 20, ge=4096, le=(2 << 30) - 1)
+    max_frame_bytes: int = Field(default=16 << 30, ge=4096)
     same_host_shm: bool = True
 
     @model_validator(mode="after")

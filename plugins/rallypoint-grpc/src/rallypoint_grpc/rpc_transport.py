@@ -11,7 +11,7 @@ Frames are bytes end to end (no protobuf): tensors travel as raw buffers.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -20,6 +20,7 @@ import grpc
 from rallypoint.rpc.transport import (
     Handler,
     Reply,
+    TransportError,
     TransportRefused,
     TransportTimeout,
     TransportUnavailable,
@@ -38,10 +39,12 @@ from rallypoint_grpc.transport import (
     token_metadata,
 )
 
-__all__ = ["METHOD", "GrpcRpcTransport", "create_grpc_rpc_transport"]
+__all__ = ["METHOD", "STREAM_METHOD", "GrpcRpcTransport", "create_grpc_rpc_transport"]
 
 #: The one gRPC method RPC frames travel on.
 METHOD = "/rallypoint.rpc.Rpc/Call"
+#: The streaming method large frames travel on, in chunks (requests and replies).
+STREAM_METHOD = "/rallypoint.rpc.Rpc/CallStream"
 _REFUSED = {
     grpc.StatusCode.UNAUTHENTICATED,
     grpc.StatusCode.PERMISSION_DENIED,
@@ -71,6 +74,9 @@ class GrpcRpcTransport:
         marker = ((METADATA_KEY, self.shm.marker),) if self.shm is not None else ()
         self._metadata = token_metadata(token) + marker
         self._local: set[str] = set()
+        #: Frames larger than this travel in chunks of this size (when not through shared memory).
+        self.chunk_bytes = min(options.chunk_bytes, options.max_message_bytes)
+        self._streams = ThreadPoolExecutor(4, thread_name_prefix="rpc-stream")
 
     def _tls_for_clients(self) -> TlsFiles | None:
         o = self.options
@@ -104,10 +110,19 @@ class GrpcRpcTransport:
                 return shm.put(parts)[0]
             return b"".join(parts)
 
-        method = grpc.unary_unary_rpc_method_handler(call)
+        def call_stream(chunks: Iterator[bytes], context: grpc.ServicerContext) -> Iterator[bytes]:
+            frame = self._gather(chunks, context.abort)
+            if self.shm is not None:
+                context.send_initial_metadata(((METADATA_KEY, self.shm.marker),))
+            yield from _chunks(handler(frame), self.chunk_bytes)
+
+        methods = {
+            "Call": grpc.unary_unary_rpc_method_handler(call),
+            "CallStream": grpc.stream_stream_rpc_method_handler(call_stream),
+        }
         server = grpc.server(
             self._pool,
-            handlers=[grpc.method_handlers_generic_handler("rallypoint.rpc.Rpc", {"Call": method})],
+            handlers=[grpc.method_handlers_generic_handler("rallypoint.rpc.Rpc", methods)],
             interceptors=[_TokenCheck(self.token)],
             options=server_options(self.options.max_message_bytes),
         )
@@ -126,6 +141,9 @@ class GrpcRpcTransport:
     def call(self, address: str, frame: list[Any], timeout: float | None, reply: Reply) -> None:
         """Send ``frame`` to ``address``; ``reply`` gets the answer or a transport error."""
         channel = get_channel(address, self._client_tls, max_message_bytes=self.options.max_message_bytes)
+        if self._streamed(address, frame):
+            self._streams.submit(self._stream_reply, channel, address, frame, timeout, reply)
+            return
         request, sent = self._outgoing(address, frame)
         try:
             future = channel.unary_unary(METHOD).future(request, timeout=timeout, metadata=self._metadata)
@@ -149,6 +167,8 @@ class GrpcRpcTransport:
     def call_blocking(self, address: str, frame: list[Any], timeout: float | None) -> Any:
         """The same call, made in the caller's thread; raises a transport error."""
         channel = get_channel(address, self._client_tls, max_message_bytes=self.options.max_message_bytes)
+        if self._streamed(address, frame):
+            return self._stream(channel, address, frame, timeout)
         request, sent = self._outgoing(address, frame)
         try:
             answer, call = channel.unary_unary(METHOD).with_call(request, timeout=timeout, metadata=self._metadata)
@@ -159,6 +179,55 @@ class GrpcRpcTransport:
             raise TransportUnavailable(str(exc)) from None
         finally:
             self._forget(sent)
+
+    # ------------------------------------------------------- large frames
+    def _streamed(self, address: str, frame: list[Any]) -> bool:
+        """Whether ``frame`` goes in chunks: larger than a chunk, and not to a peer of this host."""
+        size = frame_size(frame)
+        return size > self.chunk_bytes and not (self.shm is not None and address in self._local)
+
+    def _gather(self, chunks: Iterator[bytes], abort: Callable[[grpc.StatusCode, str], Any]) -> bytearray:
+        """The frame that ``chunks`` make up (writable: tensors decoded from it use it in place)."""
+        frame = bytearray()
+        for chunk in chunks:
+            if len(frame) + len(chunk) > self.options.max_frame_bytes:
+                abort(
+                    grpc.StatusCode.RESOURCE_EXHAUSTED,
+                    f"frame larger than max_frame_bytes ({self.options.max_frame_bytes} bytes)",
+                )
+            frame += chunk
+        return frame
+
+    def _stream(self, channel: grpc.Channel, address: str, frame: list[Any], timeout: float | None) -> bytearray:
+        """A large frame in chunks over the streaming method; the reply comes back the same way."""
+        try:
+            replies = channel.stream_stream(STREAM_METHOD)(
+                _chunks(frame, self.chunk_bytes), timeout=timeout, metadata=self._metadata
+            )
+            answer = self._gather(replies, _abort_locally)
+            self._learn(address, replies)
+            return answer
+        except grpc.RpcError as exc:
+            raise _error(exc) from None
+        except ValueError as exc:  # a closed channel, a reply over max_frame_bytes
+            raise TransportUnavailable(str(exc)) from None
+
+    def _stream_reply(
+        self, channel: grpc.Channel, address: str, frame: list[Any], timeout: float | None, reply: Reply
+    ) -> None:
+        try:
+            answer = self._stream(channel, address, frame, timeout)
+        except TransportError as exc:
+            reply(None, exc)
+            return
+        reply(answer, None)
+
+    def _learn(self, address: str, call: Any) -> None:
+        """Note from a reply's metadata whether ``address`` shares this host."""
+        if self.shm is not None and address not in self._local:
+            with contextlib.suppress(Exception):
+                if self.shm.visible(_marker(call.initial_metadata())):
+                    self._local.add(address)
 
     def _outgoing(self, address: str, frame: list[Any]) -> tuple[bytes, str | None]:
         """The message for ``frame``: a shared-memory reference to a peer of this host, else the frame."""
@@ -171,10 +240,7 @@ class GrpcRpcTransport:
         self._forget(sent)
         if self.shm is None:
             return reply
-        if address not in self._local:
-            with contextlib.suppress(Exception):
-                if self.shm.visible(_marker(call.initial_metadata())):
-                    self._local.add(address)
+        self._learn(address, call)
         if reply[: len(REF_MAGIC)] == REF_MAGIC:
             return self.shm.take(reply)
         return reply
@@ -190,6 +256,29 @@ class GrpcRpcTransport:
         if self.shm is not None:
             self.shm.close()
         self._pool.shutdown(wait=False, cancel_futures=True)
+        self._streams.shutdown(wait=False, cancel_futures=True)
+
+
+def _chunks(parts: list[Any], size: int) -> Iterator[bytes]:
+    """The concatenation of ``parts`` cut into messages of ``size`` bytes at most (one, if empty)."""
+    pending: list[memoryview] = []
+    filled, sent = 0, False
+    for part in parts:
+        view = memoryview(part).cast("B")
+        while view.nbytes:
+            piece = view[: size - filled]
+            pending.append(piece)
+            filled += piece.nbytes
+            view = view[piece.nbytes :]
+            if filled == size:
+                yield b"".join(pending)
+                pending, filled, sent = [], 0, True
+    if pending or not sent:
+        yield b"".join(pending)
+
+
+def _abort_locally(code: grpc.StatusCode, message: str) -> None:
+    raise ValueError(message)
 
 
 def _marker(metadata: Any) -> str | None:
@@ -220,6 +309,7 @@ class _TokenCheck(grpc.ServerInterceptor):  # type: ignore[misc]
             context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong token: this worker requires one")
 
         self._deny = grpc.unary_unary_rpc_method_handler(deny)
+        self._deny_stream = grpc.stream_stream_rpc_method_handler(deny)
 
     def intercept_service(
         self, continuation: Callable[[grpc.HandlerCallDetails], grpc.RpcMethodHandler], details: grpc.HandlerCallDetails
@@ -227,4 +317,4 @@ class _TokenCheck(grpc.ServerInterceptor):  # type: ignore[misc]
         """Pass authenticated calls on; answer the others with a handler that aborts."""
         if token_matches(details.invocation_metadata, self._token):
             return continuation(details)
-        return self._deny
+        return self._deny_stream if details.method == STREAM_METHOD else self._deny
