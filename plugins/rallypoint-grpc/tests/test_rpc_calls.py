@@ -151,3 +151,18 @@ def test_wait_idle_waits_for_outstanding_calls() -> None:
         g.RELEASE.set()
         assert agents[0].wait_idle(10)
         assert fut.wait() == "released"
+
+
+def test_then_callbacks_run_off_the_transport_threads_and_may_block() -> None:
+    import threading
+
+    with g.rpc_group(2) as agents, use_agent(agents[0]):
+        seen: list[str] = []
+
+        def callback(fut: rpc.Future[int]) -> int:
+            seen.append(threading.current_thread().name)
+            with use_agent(agents[0]):  # a blocking call from inside a callback
+                return rpc.rpc_sync("w1", g.add, args=(fut.wait(), 10))
+
+        assert rpc.rpc_async("w1", g.add, args=(1, 2)).then(callback).wait(30) == 13
+        assert seen[0].startswith("rpc-w0-reply")

@@ -135,14 +135,13 @@ class RpcAgent:
     ) -> Future[Any]:
         """Send one request; the future completes with the decoded reply (or the remote error)."""
         frame, limit = self._prepare(to, header, values, timeout, what)
-        fut: Future[Any] = Future()
+        fut: Future[Any] = Future(self._completer)
         self._track(fut)
 
         def reply(data: Any, error: BaseException | None) -> None:
-            try:
-                self._completer.submit(self._complete, fut, to, what, limit, data, error)
-            except RuntimeError:  # the completer is shut down (a reply after shutdown)
-                fut.set_exception(RpcError(f"RPC on {self.info.name} was shut down before {what} completed"))
+            # decoded in the transport's thread (no user code runs here: the future's callbacks go
+            # to the completer threads)
+            self._complete(fut, to, what, limit, data, error)
 
         self.transport.call(to.address, frame, limit, reply)
         return fut
@@ -176,7 +175,7 @@ class RpcAgent:
 
     def _track(self, fut: Future[Any]) -> None:
         self._count(1)
-        fut.add_done_callback(lambda _: self._count(-1))
+        fut._add_callback(lambda _: self._count(-1))
 
     def _decode_reply(self, to: WorkerInfo, data: Any) -> Any:
         header, bufs = unpack(data or b"")

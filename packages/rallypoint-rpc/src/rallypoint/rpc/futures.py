@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from concurrent.futures import Executor
 from typing import Any, Generic, TypeVar
 
 __all__ = ["Future"]
@@ -15,10 +16,13 @@ S = TypeVar("S")
 class Future(Generic[T]):
     """The result of an asynchronous call: :meth:`wait`, :meth:`then`, :meth:`done`.
 
-    Callbacks run in the thread that completes the future (or at once, if it is already done).
+    Callbacks run in the thread that completes the future (or at once, if it is already done),
+    or, when the future was made with an ``executor``, in that executor's threads (RPC futures:
+    a callback may then block, or make calls of its own, without stalling the transport).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, executor: Executor | None = None) -> None:
+        self._executor = executor
         self._done = threading.Event()
         self._lock = threading.Lock()
         self._result: Any = None
@@ -72,6 +76,14 @@ class Future(Generic[T]):
 
     def add_done_callback(self, callback: Callable[[Future[T]], Any]) -> None:
         """Run ``callback(future)`` once the future completes; its result is ignored."""
+        executor = self._executor
+        if executor is not None:
+            self._add_callback(lambda fut: _submit(executor, callback, fut))
+        else:
+            self._add_callback(callback)
+
+    def _add_callback(self, callback: Callable[[Future[T]], Any]) -> None:
+        """Run ``callback`` in the completing thread (quick, non-blocking library callbacks only)."""
         with self._lock:
             if not self._done.is_set():
                 self._callbacks.append(callback)
@@ -93,3 +105,10 @@ class Future(Generic[T]):
 
         self.add_done_callback(run)
         return chained
+
+
+def _submit(executor: Executor, callback: Callable[[Future[Any]], Any], fut: Future[Any]) -> None:
+    try:
+        executor.submit(callback, fut)
+    except RuntimeError:  # the executor is shut down: run it here rather than never
+        callback(fut)
