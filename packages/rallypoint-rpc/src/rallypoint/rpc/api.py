@@ -95,9 +95,13 @@ def init_rpc(
             allow_pickle=opts.serializer == "pickle",
             timeout=opts.rpc_timeout,
         )
-        me = agent.serve(opts.host or group.host)
-        agent.set_peers(group.exchange(me))
-        group.barrier("joined", opts.init_timeout)
+        try:
+            me = agent.serve(opts.host or group.host)
+            agent.set_peers(group.exchange(me))
+            group.barrier("joined", opts.init_timeout)
+        except BaseException:
+            agent.close()  # no server left behind by a failed join
+            raise
         _STATE.update(agent=agent, group=group)
 
 
