@@ -1,0 +1,61 @@
+"""The grpc rendezvous across namespace hosts: nothing shared but the network.
+
+Each agent runs in its own network namespace with its own address; the endpoint is the first
+host's address, so that host's agent serves (bound to that address only) and the other connects.
+No rendezvous directory exists: the job finds itself through the network alone.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+CLI = [sys.executable, "-c", "from rallypoint.core.cli import entrypoint; entrypoint()"]
+
+ALL_REDUCE = """
+import datetime, json, os, sys
+import torch
+import torch.distributed as dist
+
+dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=30))
+t = torch.tensor([float(dist.get_rank() + 1)])
+dist.all_reduce(t)
+with open(os.path.join(sys.argv[1], f"rank{dist.get_rank()}.json"), "w") as f:
+    json.dump({"sum": t.item(), "host": os.uname().nodename}, f)
+dist.destroy_process_group()
+"""
+
+
+def test_two_hosts_run_a_job_on_the_agent_hosted_grpc_server(hosts, tmp_path: Path) -> None:
+    net = hosts(2)
+    script = tmp_path / "job.py"
+    script.write_text(textwrap.dedent(ALL_REDUCE))
+    out = tmp_path / "out"
+    out.mkdir()
+    endpoint = f"{net.hosts[0].addr}:29555"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RALLYPOINT_", "GLOO_", "NCCL_"))}
+    procs = []
+    for host in net.hosts:
+        argv = [*CLI, "run", "--nnodes", "2", "--nproc-per-node", "2", "--rdzv-backend", "grpc",
+                "--rdzv-endpoint", endpoint, "--run-id", "grpc-mh", "--max-restarts", "0",
+                "--local-addr", host.addr, str(script), str(out)]  # fmt: skip
+        procs.append(
+            host.popen(argv, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        )
+    outputs = []
+    for proc in procs:
+        try:
+            output, _ = proc.communicate(timeout=150)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            output, _ = proc.communicate()
+        outputs.append(output)
+    assert [p.returncode for p in procs] == [0, 0], outputs
+    seen = [json.loads((out / f"rank{r}.json").read_text()) for r in range(4)]
+    assert {s["sum"] for s in seen} == {10.0}
+    assert {s["host"] for s in seen} == {h.name for h in net.hosts}
+    assert not (tmp_path / "rdzv").exists()
