@@ -78,12 +78,12 @@ def test_receive_loop_under_one_deadline(tmp_path: Path) -> None:
     assert "rank 0: got 20 from rank 2" in rank0
     assert "rank 0: received from ranks [1, 2]; budget spent: False" in rank0
 
-    spent = rallypoint_run([*common, script, "--budget", "2", "--silent", "2"], tmp_path / "spent")
+    spent = rallypoint_run([*common, script, "--budget", "5", "--silent", "2"], tmp_path / "spent")
     assert spent.returncode != 0
     rank0 = rank_log(tmp_path / "spent", 0)
     assert "rank 0: got 10 from rank 1" in rank0
     assert "rank 2 did not arrive" in rank0
-    assert "deadline of 2s shared by 2 wait(s): recv from rank 1 " in rank0, rank0
+    assert "deadline of 5s shared by 2 wait(s): recv from rank 1 " in rank0, rank0
     assert "recv from rank 2 " in rank0
     assert "(ran out)" in rank0
     assert "rank 0: received from ranks [1]; budget spent: True" in rank0

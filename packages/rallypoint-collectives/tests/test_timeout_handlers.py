@@ -107,7 +107,8 @@ def test_a_handler_can_end_the_process_with_its_code(launch: Callable[..., Any])
     assert "The timeout handler ends the process (exit 7)" in rank0.stdout, rank0.stdout
     assert "rank 1 did not arrive" in rank0.stdout
     (started,) = rank0.lines("TIMING_OUT")
-    assert root["time"] - float(started) < 1 + LATE  # promptly: the group was marked broken
+    # promptly: the group was marked broken (otherwise the exit waits for Gloo's own timeout, 70 s)
+    assert root["time"] - float(started) < 30
 
 
 # ------------------------------------------------------------------------------------------------

@@ -48,6 +48,12 @@ def wait_for(condition: Callable[[], bool], what: str, deadline: float = 60.0) -
         time.sleep(0.01)
 
 
+def arrival_key(call: int, rank: int) -> str:
+    """Where ``rank`` announces that it waits in call ``call`` on WORLD (docs/collectives.md)."""
+    name = dist.distributed_c10d._get_process_group_name(dist.distributed_c10d._get_default_group())
+    return f"rallypoint/collectives/{name}/{call}/{rank}"
+
+
 def event_dict(ev: rc.TimeoutEvent) -> dict[str, Any]:
     return {
         "op": ev.op,
@@ -73,6 +79,8 @@ def scenario_wait(rank: int, store: Any, pg: Any) -> None:
         return rc.WaitMore(30)
 
     if rank == 0:
+        # rank 2 waits in the barrier (call 1 on WORLD) before rank 0 starts its timeout
+        wait_for(lambda: store.check([arrival_key(1, 2)]), "rank 2 to announce the barrier")
         previous = rc.set_timeout_handler(handler)
         start = time.monotonic()
         rc.barrier(timeout=1)
@@ -121,6 +129,8 @@ def scenario_twice(rank: int, store: Any) -> None:
             events.append(event_dict(ev))
             return rc.WaitMore(0.5)
 
+        # rank 2 waits in the barrier (call 3 on WORLD) before rank 0 starts its timeout
+        wait_for(lambda: store.check([arrival_key(3, 2)]), "rank 2 to announce the barrier")
         start = time.monotonic()
         try:
             rc.barrier(timeout=1, on_timeout=again)
@@ -128,10 +138,13 @@ def scenario_twice(rank: int, store: Any) -> None:
             result("twice", {"events": events, "elapsed": time.monotonic() - start, "message": str(exc)})
         else:
             raise AssertionError("the barrier did not time out")
+        wait_for(lambda: store.check(["twice/rank2"]), "rank 2 to give up the barrier")
         store.set("twice/done", "1")
-    elif rank == 2:  # rank 1 never joins: rank 2 waits (announcing its arrival), then gives up
+    elif rank == 2:  # rank 1 never joins: rank 2 waits (its announcement stays), then gives up
         with contextlib.suppress(rc.CollectiveTimeout):
-            rc.barrier(timeout=4)
+            rc.barrier(timeout=1)
+        store.set("twice/rank2", "1")  # rank 0's 'spent' closes the 0-2 pair: not while this waits
+        wait_for(lambda: store.check(["twice/done"]), "rank 0 to finish 'twice'")
     else:
         wait_for(lambda: store.check(["twice/done"]), "rank 0 to finish 'twice'")
 
@@ -145,6 +158,7 @@ def scenario_spent(rank: int, store: Any) -> None:
             seen.append(event_dict(ev))
             return rc.WaitMore(5)
 
+        wait_for(lambda: store.check(["spent/sent"]), "rank 1 to post its send")  # before the budget starts
         start = time.monotonic()
         buf = torch.zeros(1)
         rc.recv(buf, 1, timeout=deadline)
@@ -160,7 +174,10 @@ def scenario_spent(rank: int, store: Any) -> None:
         store.set("spent/done", "1")
     else:
         if rank == 1:
-            rc.send(torch.ones(1), 0)
+            work = rc.isend(torch.ones(1), 0)
+            store.set("spent/sent", "1")
+            assert work is not None
+            work.wait()
         wait_for(lambda: store.check(["spent/done"]), "rank 0 to finish 'spent'")
 
 
