@@ -44,11 +44,13 @@ def failure(cwd: Path) -> dict[str, object]:
 
 
 def test_barrier_handler_waits_once_more_for_a_straggler(tmp_path: Path) -> None:
-    straggle = 'job.args=["--straggler", "1", "--delay", "3", "--timeout", "2", "--grace", "30"]'
-    done = rallypoint_run(["--set", straggle, str(EXAMPLES / "timeouts" / "job.toml")], tmp_path)
+    straggle = 'job.args=["--straggler", "1", "--delay", "3", "--grace", "30"]'  # a plain barrier()
+    job = ["--set", "collectives.timeout=2s", "--set", straggle, str(EXAMPLES / "timeouts" / "job.toml")]
+    done = rallypoint_run(job, tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     rank0 = rank_log(tmp_path, 0)
     assert "rank 0: barrier on WORLD: rank(s) 1 not there after" in rank0, rank0
+    assert "(timeout 2s)" in rank0  # the job's timeout
     assert "rank 0: waiting 30s more for them" in rank0
     assert "rank 0: all 2 ranks passed the barrier" in rank0
     assert "rank 1: all 2 ranks passed the barrier" in rank_log(tmp_path, 1)
