@@ -182,3 +182,21 @@ def test_a_rank_calling_it_alone_gets_an_error_naming_the_others() -> None:
     with pytest.raises(TimelineError, match=r"rank\(s\) 1, 2 did not call it within 0.3s.*collective"):
         gather_timeline(store, rank=0, world_size=3, recorder=rec, timeout=0.3)
     assert time.monotonic() - start < 10
+
+
+def test_gathered_records_are_this_process_ones(tmp_path: Path) -> None:
+    log = tmp_path / "timer_events.log"
+    old = {"t": "meta", "version": 1, "rank": 0, "pid": 1, "clock": "time_ns", "ts": 1}
+    log.write_text(json.dumps(old) + '\n{"t":"B","name":"old_run","ts":2,"tid":1,"d":0}\n')
+    before = Recorder(log, rank=0, autoflush=False)  # e.g. the process recorder, before the client
+    _reset_for_tests(before)
+    with timer.event("before_client"):
+        pass
+    client = TimelineClient(log_path=log)  # same file: the first recorder is closed, then appended to
+    try:
+        with client.event("with_client"):
+            pass
+        tl = gather_timeline(ThreadStore(), rank=0, world_size=1, recorder=client.recorder, sync=False)
+    finally:
+        client.close()
+    assert sorted(s.name for s in tl.spans) == ["before_client", "with_client"]  # not the earlier run's

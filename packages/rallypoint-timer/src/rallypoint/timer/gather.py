@@ -106,7 +106,7 @@ def _this_process(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The records written by this process (a log file given by the user may hold earlier runs)."""
     pid = os.getpid()
     starts = [i for i, r in enumerate(records) if r.get("t") == "meta" and r.get("pid") == pid]
-    return records[starts[-1] :] if starts else records
+    return records[starts[0] :] if starts else records
 
 
 def _all_arrive(store: Any, base: str, rank: int, world_size: int, timeout: float) -> None:
