@@ -192,6 +192,7 @@ def test_gathered_records_are_this_process_ones(tmp_path: Path) -> None:
     _reset_for_tests(before)
     with timer.event("before_client"):
         pass
+    before.flush()  # written before the client's header
     client = TimelineClient(log_path=log)  # same file: the first recorder is closed, then appended to
     try:
         with client.event("with_client"):
