@@ -68,11 +68,22 @@ def owner_dies(rank: int) -> None:
     rpc.shutdown(graceful=False)
 
 
+def peer_dies(rank: int) -> None:
+    if rank == 1:
+        os._exit(3)  # gone without shutdown
+    try:
+        rpc.shutdown()
+        result = "no error"
+    except rpc.RpcError as exc:
+        result = f"{type(exc).__name__}: {exc}"
+    (OUT / "rank0.json").write_text(json.dumps({"shutdown": result}))
+
+
 def main() -> None:
     scenario, rank, world, port = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
     options = rpc.RpcOptions(init_method=f"tcp://127.0.0.1:{port}", init_timeout=60)
     rpc.init_rpc(f"worker{rank}", rank=rank, world_size=world, options=options)
-    {"graceful": graceful, "owner_dies": owner_dies}[scenario](rank)
+    {"graceful": graceful, "owner_dies": owner_dies, "peer_dies": peer_dies}[scenario](rank)
 
 
 if __name__ == "__main__":

@@ -64,6 +64,17 @@ def test_calls_to_an_owner_that_died_fail_naming_it(tmp_path: Path) -> None:
     assert result["to_here"].startswith("WorkerUnavailable: worker worker1")
 
 
+@pytest.mark.slow
+def test_a_graceful_shutdown_with_a_dead_peer_fails_naming_it_instead_of_hanging(tmp_path: Path) -> None:
+    procs = _start("peer_dies", 2, tmp_path)
+    out0 = procs[0].communicate(timeout=180)[0]
+    procs[1].communicate(timeout=60)
+    assert procs[0].returncode == 0, out0
+    result = json.loads((tmp_path / "rank0.json").read_text())["shutdown"]
+    assert result.startswith("WorkerUnavailable: worker worker1 (rank 1, 127.0.0.1:"), result
+    assert "drained barrier of shutdown" in result
+
+
 def test_init_rpc_alone_with_the_pickle_opt_in_warns(tmp_path: Path) -> None:
     options = rpc.RpcOptions(init_method=f"tcp://127.0.0.1:{_free_port()}", serializer="pickle", rpc_timeout=7)
     with pytest.warns(UserWarning, match="pickle serializer"):

@@ -85,6 +85,7 @@ class RpcAgent:
             "fetch": self._op_fetch,
             "incref": self._op_incref,
             "decref": self._op_decref,
+            "ping": lambda tree, bufs: None,
         }
 
     # ----------------------------------------------------------------- group
@@ -230,6 +231,17 @@ class RpcAgent:
                     return False
                 self._pending_lock.wait(left)
         return True
+
+    def dead(self, rank: int) -> str | None:
+        """``None`` while the worker of ``rank`` answers (busy counts as alive), else who it was."""
+        peer = self.worker(rank)
+        try:
+            self.call(peer, {"op": "ping"}, {}, 5.0, "ping")
+        except WorkerUnavailable:
+            return f"{peer.name} (rank {rank}, {peer.address})"
+        except RpcError:
+            return None
+        return None
 
     # -------------------------------------------------------------- RRefs
     def new_rref_id(self) -> str:

@@ -109,7 +109,8 @@ def shutdown(graceful: bool = True, timeout: float = 0) -> None:
     """Leave the group.
 
     Graceful (default): wait until no worker has calls outstanding (this one's, then every
-    other's: a group-wide barrier), then stop serving. ``graceful=False`` stops at once.
+    other's: a group-wide barrier), then stop serving. A worker that died instead of arriving
+    ends the wait with :class:`WorkerUnavailable` naming it. ``graceful=False`` stops at once.
 
     Args:
         graceful: wait for the group.
@@ -119,19 +120,21 @@ def shutdown(graceful: bool = True, timeout: float = 0) -> None:
         agent, group = _STATE["agent"], _STATE["group"]
         if agent is None:
             return
+        left_together = False
         try:
             if graceful:
                 limit = timeout or None
                 gc.collect()
                 agent.wait_idle(limit)
-                group.barrier("drained", limit)
+                group.barrier("drained", limit, agent.dead)
                 gc.collect()  # references dropped by the last calls give their credits back now
                 agent.wait_idle(limit)
-                group.barrier("stopping", limit)
+                group.barrier("stopping", limit, agent.dead)
+                left_together = True
         finally:
             _STATE.update(agent=None, group=None)
             agent.close()
-            if graceful:
+            if left_together:
                 group.close()
 
 

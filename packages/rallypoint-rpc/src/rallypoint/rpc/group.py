@@ -16,11 +16,11 @@ import os
 import secrets
 import socket
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from rallypoint.rpc.agent import WorkerInfo
-from rallypoint.rpc.errors import RpcError, RpcTimeout
+from rallypoint.rpc.errors import RpcError, RpcTimeout, WorkerUnavailable
 
 __all__ = ["StoreGroup", "serving_host"]
 
@@ -117,18 +117,37 @@ class StoreGroup:
             raise RpcError(f"RPC worker names must be unique; {', '.join(dupes)} used by several ranks")
         return peers
 
-    def barrier(self, name: str, timeout: float | None) -> None:
-        """Wait until every rank has reached ``name``."""
+    def barrier(self, name: str, timeout: float | None, dead: Callable[[int], str | None] | None = None) -> None:
+        """Wait until every rank has reached ``name``.
+
+        Args:
+            name: the barrier.
+            timeout: seconds (``None`` or ``0``: no limit).
+            dead: ``dead(rank)``, asked every second about each rank that has not arrived yet:
+                ``None`` while it lives, else its description, and the wait ends at once.
+
+        Raises:
+            RpcTimeout: ``timeout`` passed (names the ranks that did not arrive).
+            WorkerUnavailable: ``dead`` found that a rank which has not arrived died.
+        """
         self.store.set(f"{self.prefix}{name}/{self.rank}", "1")
         keys = [f"{self.prefix}{name}/{r}" for r in range(self.world_size)]
-        wait = datetime.timedelta(seconds=timeout if timeout else 365 * 86400)
-        try:
-            self.store.wait(keys, wait)
-        except RuntimeError as exc:
-            missing = [r for r in range(self.world_size) if not self.store.check([keys[r]])]
-            if missing:
-                raise RpcTimeout(f"ranks {missing}", f"shutdown ({name})", timeout or 0.0) from exc
-            raise
+        deadline = None if not timeout else time.monotonic() + timeout
+        while True:
+            left = 1.0 if deadline is None else min(1.0, deadline - time.monotonic())
+            try:
+                self.store.wait(keys, datetime.timedelta(seconds=max(left, 0.001)))
+                return
+            except RuntimeError:
+                missing = [r for r in range(self.world_size) if not self.store.check([keys[r]])]
+            if not missing:
+                return
+            for rank in missing:
+                who = dead(rank) if dead is not None else None
+                if who is not None:
+                    raise WorkerUnavailable(who, f"it is gone before reaching the {name} barrier of shutdown")
+            if deadline is not None and time.monotonic() >= deadline:
+                raise RpcTimeout(f"ranks {missing}", f"shutdown ({name})", timeout or 0.0)
 
     def close(self, timeout: float = 30.0) -> None:
         """Leave; the rank that serves the store waits (``timeout`` at most) for the others to leave first."""
