@@ -74,6 +74,7 @@ class GrpcRpcTransport:
         marker = ((METADATA_KEY, self.shm.marker),) if self.shm is not None else ()
         self._metadata = token_metadata(token) + marker
         self._local: set[str] = set()
+        self._stubs: dict[int, tuple[grpc.Channel, Any]] = {}
         #: Frames larger than this travel in chunks of this size (when not through shared memory).
         self.chunk_bytes = min(options.chunk_bytes, options.max_message_bytes)
         self._streams = ThreadPoolExecutor(4, thread_name_prefix="rpc-stream")
@@ -146,7 +147,7 @@ class GrpcRpcTransport:
             return
         request, sent = self._outgoing(address, frame)
         try:
-            future = channel.unary_unary(METHOD).future(request, timeout=timeout, metadata=self._metadata)
+            future = self._unary(channel).future(request, timeout=timeout, metadata=self._metadata)
         except Exception as exc:  # noqa: BLE001 - e.g. a closed channel
             self._forget(sent)
             reply(None, TransportUnavailable(str(exc)))
@@ -171,7 +172,7 @@ class GrpcRpcTransport:
             return self._stream(channel, address, frame, timeout)
         request, sent = self._outgoing(address, frame)
         try:
-            answer, call = channel.unary_unary(METHOD).with_call(request, timeout=timeout, metadata=self._metadata)
+            answer, call = self._unary(channel).with_call(request, timeout=timeout, metadata=self._metadata)
             return self._incoming(address, answer, call, sent)
         except grpc.RpcError as exc:
             raise _error(exc) from None
@@ -179,6 +180,13 @@ class GrpcRpcTransport:
             raise TransportUnavailable(str(exc)) from None
         finally:
             self._forget(sent)
+
+    def _unary(self, channel: grpc.Channel) -> Any:
+        """The channel's callable for :data:`METHOD`, made once per channel."""
+        stub = self._stubs.get(id(channel))
+        if stub is None or stub[0] is not channel:
+            stub = self._stubs[id(channel)] = (channel, channel.unary_unary(METHOD))
+        return stub[1]
 
     # ------------------------------------------------------- large frames
     def _streamed(self, address: str, frame: list[Any]) -> bool:
