@@ -109,7 +109,7 @@ def test_a_job_survives_a_leader_change_without_a_restart(cluster: EtcdCluster, 
         _new_leader(cluster, leader)
         time.sleep(1)  # heartbeats and status reads go through the new leader
         (tmp_path / "go").write_text("")
-        results = [a.communicate(timeout=120) for a in agents]
+        results = [a.communicate(timeout=240) for a in agents]
     finally:
         for a in agents:
             a.kill()

@@ -88,7 +88,7 @@ def start_agents(args: list[str], body: Path, out: Path, mode: str, n: int) -> l
     ]
 
 
-def wait_for(out: Path, pattern: str, count: int, timeout: float = 90) -> list[Path]:
+def wait_for(out: Path, pattern: str, count: int, timeout: float = 180) -> list[Path]:
     deadline = time.monotonic() + timeout
     while len(found := sorted(out.glob(pattern))) < count:
         assert time.monotonic() < deadline, f"{count} x {pattern} not written within {timeout:g}s: {found}"
@@ -165,7 +165,7 @@ def test_a_killed_agent_makes_the_survivors_regroup_and_finish(
         victim = next(a for a in agents if a.pid in _ancestors(victim_pid))
         victim.kill()
         survivors = [a for a in agents if a is not victim]
-        results = [a.communicate(timeout=120) for a in survivors]
+        results = [a.communicate(timeout=240) for a in survivors]
     finally:
         for a in agents:
             a.kill()
@@ -184,7 +184,7 @@ def test_keys_go_when_the_job_ends_and_the_run_id_can_be_used_again(
         out = tmp_path / f"a{attempt}"
         out.mkdir()
         agents = start_agents(etcd_job(etcd_server, namespace, "again", "2", *FAST), job, out, "once", 2)
-        results = [a.communicate(timeout=120) for a in agents]
+        results = [a.communicate(timeout=240) for a in agents]
         assert [a.returncode for a in agents] == [0, 0], results
         assert len(list(out.glob("r0.rank*"))) == 2
         # the last agent out of a closed run revoked the run's lease: nothing is left in etcd
@@ -211,7 +211,7 @@ def test_keys_of_killed_agents_expire_after_key_ttl(
     out = tmp_path / "again"
     out.mkdir()
     agents = start_agents(etcd_job(etcd_server, namespace, "ttl", "2", *FAST), job, out, "once", 2)
-    results = [a.communicate(timeout=120) for a in agents]
+    results = [a.communicate(timeout=240) for a in agents]
     assert [a.returncode for a in agents] == [0, 0], results
 
 
@@ -262,7 +262,7 @@ def test_etcd_restarted_within_heartbeat_timeout_costs_no_restart(
         own_etcd.start()
         time.sleep(1)  # a heartbeat or two after the restart, then the workers finish
         (tmp_path / "go").write_text("")
-        results = [a.communicate(timeout=120) for a in agents]
+        results = [a.communicate(timeout=240) for a in agents]
     finally:
         for a in agents:
             a.kill()
@@ -283,7 +283,7 @@ def test_etcd_gone_for_good_fails_each_agent_naming_the_endpoints(
         wait_for(tmp_path, "r0.rank*", 2)
         own_etcd.stop()
         stopped = time.monotonic()
-        results = [a.communicate(timeout=120) for a in agents]
+        results = [a.communicate(timeout=240) for a in agents]
         elapsed = time.monotonic() - stopped
     finally:
         for a in agents:
