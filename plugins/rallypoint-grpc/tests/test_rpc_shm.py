@@ -64,7 +64,13 @@ def test_the_fast_path_can_be_turned_off() -> None:
 
 @pytest.mark.parametrize(
     "name",
-    ["../../etc/passwd", "rallypoint-rpc-" + "0" * 32 + ".marker", "rallypoint-rpc-" + "0" * 32, "x" * 5000, "\x00"],
+    [
+        "../../etc/passwd",
+        "rallypoint-rpc-" + "0" * 32 + "-p1.marker",
+        "rallypoint-rpc-" + "0" * 32,
+        "x" * 5000,
+        "\x00",
+    ],
 )
 def test_forged_shared_memory_references_are_refused(name: str) -> None:
     with g.rpc_group(2) as agents:
@@ -95,7 +101,23 @@ def test_a_reference_to_a_file_that_is_not_a_regular_file_of_this_user_is_refuse
     with pytest.raises(ValueError, match="size limit"):
         shm.take(big)
     assert not (tmp_path / big_name).exists()  # removed even when refused
-    assert not shm.visible("rallypoint-rpc-" + "1" * 32 + ".marker")
+    assert not shm.visible("rallypoint-rpc-" + "1" * 32 + "-p1.marker")
     assert shm.visible(shm.marker)
     shm.close()
     assert not (tmp_path / shm.marker).exists()
+
+
+def test_markers_of_processes_that_are_gone_are_swept(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    stale = tmp_path / f"rallypoint-rpc-{'2' * 32}-p{int(dead.stdout)}.marker"
+    alive = tmp_path / f"rallypoint-rpc-{'3' * 32}-p1.marker"  # pid 1 is alive
+    stale.write_text("")
+    alive.write_text("")
+    shm = SharedMemoryPath.create(1 << 20, tmp_path)
+    assert shm is not None
+    assert not stale.exists()
+    assert alive.exists()
+    shm.close()

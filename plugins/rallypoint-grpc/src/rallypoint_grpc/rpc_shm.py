@@ -34,7 +34,7 @@ REF_MAGIC = b"RPSHM1:"
 #: Call and reply metadata that carries the sender's marker name.
 METADATA_KEY = "x-rallypoint-rpc-shm"
 #: The only file names a reference may carry.
-NAME_RE = re.compile(r"^rallypoint-rpc-[0-9a-f]{32}(\.marker)?$")
+NAME_RE = re.compile(r"^rallypoint-rpc-[0-9a-f]{32}(-p[0-9]{1,10}\.marker)?$")
 _DIR = Path("/dev/shm")
 _IOV_MAX = 1024
 
@@ -45,7 +45,8 @@ class SharedMemoryPath:
     def __init__(self, directory: Path, max_bytes: int) -> None:
         self.directory = directory
         self.max_bytes = max_bytes
-        self.marker = f"rallypoint-rpc-{secrets.token_hex(16)}.marker"
+        self.marker = f"rallypoint-rpc-{secrets.token_hex(16)}-p{os.getpid()}.marker"
+        _sweep_markers(directory)
         self._lock = threading.Lock()
         self._made: set[str] = set()
         self._visible: dict[str, bool] = {}
@@ -140,6 +141,24 @@ class SharedMemoryPath:
         for name in names:
             self.discard(name)
         self._finalizer()
+
+
+def _sweep_markers(directory: Path) -> None:
+    """Remove the markers of this user's processes that are gone (killed before they could)."""
+    for path in directory.glob("rallypoint-rpc-*-p*.marker"):
+        if not NAME_RE.match(path.name):
+            continue
+        pid = int(path.name.rsplit("-p", 1)[1].removesuffix(".marker"))
+        try:
+            os.kill(pid, 0)
+            continue  # alive (or not ours to signal: leave it)
+        except ProcessLookupError:
+            pass
+        except OSError:
+            continue
+        with contextlib.suppress(OSError):
+            if path.lstat().st_uid == os.getuid():
+                path.unlink()
 
 
 def _unlink(path: Path) -> None:
