@@ -211,6 +211,7 @@ def channel_options(max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> list[
 
 
 _CHANNELS: dict[tuple[Any, ...], grpc.Channel] = {}
+_CHANNELS_LOCK = threading.Lock()
 
 
 def _start_connecting(channel: grpc.Channel) -> None:
@@ -224,7 +225,6 @@ def _start_connecting(channel: grpc.Channel) -> None:
     inner = getattr(channel, "_channel", None)
     with contextlib.suppress(Exception):
         inner.check_connectivity_state(True)  # type: ignore[union-attr]
-_CHANNELS_LOCK = threading.Lock()
 
 
 def get_channel(
