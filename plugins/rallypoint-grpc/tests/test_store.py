@@ -1,0 +1,90 @@
+"""The server's state on its own: retried writes, leases, limits, the persistence log."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from rallypoint_grpc.options import GrpcOptions
+from rallypoint_grpc.store import LOG_NAME, Limits, Store, StoreError
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_retried_write_is_applied_once() -> None:
+    store = Store()
+    assert store.add("run", "n", 5, request_id="req-1") == 5
+    assert store.add("run", "n", 5, request_id="req-1") == 5  # the retry of a lost reply
+    assert store.add("run", "n", 5, request_id="req-2") == 10
+    first = store.set("run", "k", '"a"', None, request_id="req-3")
+    assert store.set("run", "k", '"a"', None, request_id="req-3") == first
+
+
+def test_leases_expire_on_the_server_clock() -> None:
+    clock = FakeClock()
+    store = Store(clock=clock)
+    store.set("run", "lease", "1", ttl=2.0)
+    clock.now += 1.9
+    assert store.get("run", "lease") is not None
+    clock.now += 0.2
+    assert store.get("run", "lease") is None
+
+
+def test_limits_are_enforced() -> None:
+    store = Store(Limits(max_value_bytes=10, max_total_bytes=20, max_watches=1))
+    with pytest.raises(StoreError, match="limit is 10"):
+        store.set("run", "k", '"' + "x" * 20 + '"', None)
+    store.set("run", "a", "1234567", None)
+    store.set("run", "b", "1234567", None)
+    with pytest.raises(StoreError, match="limit is 20") as exc:
+        store.set("run", "c", "12345678", None)
+    assert exc.value.code == "exhausted"
+    for bad in ("{", "NaN-ish", "[" * 10_000):
+        with pytest.raises(StoreError, match="not JSON"):
+            Store().set("run", "k", bad, None)
+    with pytest.raises(StoreError, match="invalid rendezvous key"):
+        store.get("run", "../x")
+    with pytest.raises(StoreError, match="invalid run id"):
+        store.get("a/b", "x")
+
+
+def test_the_log_is_replayed_and_a_torn_last_line_is_ignored(tmp_path: Path) -> None:
+    store = Store(data_dir=tmp_path)
+    store.set("run", "a", "1", None)
+    store.add("run", "n", 3)
+    store.delete("run", "a", None)
+    store.close()
+    with (tmp_path / LOG_NAME).open("a") as f:
+        f.write('{"op": "put", "s": "run", "k": "torn"')  # the server died mid-line
+    again = Store(data_dir=tmp_path)
+    assert again.get("run", "a") is None
+    assert again.get("run", "n") == ("3", 2)
+    assert again.get("run", "torn") is None
+    assert again.set("run", "a", "2", None) == 4  # versions go on from the log, never reused
+    lines = [json.loads(x) for x in (tmp_path / LOG_NAME).read_text().splitlines()]
+    assert all(rec["op"] in ("rev", "put", "del") for rec in lines)
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"endpoint": "node0"}, "expected HOST:PORT"),
+        ({"endpoint": "node0:0"}, "fixed port"),
+        ({"endpoint": "node0:1", "token_file": "a", "token_env": "B"}, "not both"),
+        ({"endpoint": "node0:1", "tls_cert": "c"}, "go together"),
+        ({"endpoint": "node0:1", "mutual_tls": True}, "mutual_tls needs"),
+        ({"endpoint": "node0:1", "colour": "blue"}, "Extra inputs"),
+    ],
+)
+def test_options_are_checked(options: dict[str, object], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        GrpcOptions.model_validate(options)
+    assert GrpcOptions(endpoint="[::1]:29400").endpoint == "[::1]:29400"
