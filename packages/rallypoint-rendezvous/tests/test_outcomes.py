@@ -173,3 +173,18 @@ def test_a_transient_heartbeat_error_is_retried(run_id: str, handlers: list[Rend
     _until(lambda: backend.get("hb/node0") != before, "heartbeats did not resume after the errors")
     assert h.failure is None
     assert h.num_nodes_waiting() == 0
+
+
+def test_round_status_reads_closed_and_superseded_in_one_header(run_id: str, handlers: list[RendezvousHandler]) -> None:
+    # the agent's exit barrier decides from one read: a close by another node must never look like
+    # a membership change (it did when "closed" and "round over" came from two reads)
+    a, b = _handler(handlers, run_id, 0, 2), _handler(handlers, run_id, 1, 2)
+    threads = [threading.Thread(target=h.next_rendezvous) for h in (a, b)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    assert a.round_status().superseded is False
+    b.set_closed("job succeeded (closed by node 'node1')")
+    status = a.round_status()
+    assert (status.closed, status.failed, status.superseded) == (True, False, False)

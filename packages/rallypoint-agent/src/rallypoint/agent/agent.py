@@ -485,10 +485,12 @@ class ElasticAgent:
             entry = self.backend.get(key)
             if entry is not None and int(entry.value) >= result.num_nodes:
                 return Outcome.SUCCEEDED
+            # one read of the header decides: a close by another node between two reads was
+            # taken for a membership change (and a finished job for a failed one)
             status = self.handler.round_status()
-            if status.closed and status.failed:
-                return Outcome.CLOSED
-            if not status.closed and self.handler.round_is_over():
+            if status.closed:
+                return Outcome.CLOSED if status.failed else Outcome.SUCCEEDED
+            if status.superseded:
                 return Outcome.MEMBERSHIP
             left = deadline - time.monotonic()
             if left <= 0:

@@ -93,12 +93,15 @@ class RoundStatus:
         reason: why it was closed, or why the current round was opened.
         waiting: nodes waiting for a new round, or at least 1 when the running round is over
             (see :meth:`RendezvousHandler.num_nodes_waiting`).
+        superseded: a newer round than the one this node last completed has opened (membership
+            changed), read in the same header as ``closed``, so the two never disagree.
     """
 
     closed: bool
     failed: bool
     reason: str
     waiting: int
+    superseded: bool = False
 
 
 class RendezvousHandler:
@@ -316,9 +319,11 @@ class RendezvousHandler:
         """
         self._raise_failure()
         with self._lock:
+            last = self.machine.last_round
             h = self.io.read().header
             waiting = self._waiting(h)
-        return RoundStatus(closed=h.closed, failed=h.failed, reason=h.reason, waiting=waiting)
+        superseded = last is not None and h.round > last
+        return RoundStatus(closed=h.closed, failed=h.failed, reason=h.reason, waiting=waiting, superseded=superseded)
 
     def set_closed(self, reason: str = "", *, failed: bool = False) -> None:
         """Close the rendezvous for every node: the job is over; later rounds fail.
