@@ -173,8 +173,9 @@ def test_config_check_of_a_whole_job(tmp_path: Path) -> None:
     [
         (
             '[rendezvous]\nbackend = "fiel"\n',
-            "error: job.toml: rendezvous.backend: unknown rendezvous backend 'fiel'; available: etcd, file, grpc, memory; "
-            "did you mean 'file'? Install plugins with pip install rallypoint-<name>; see rallypoint plugins list",
+            "error: job.toml: rendezvous.backend: unknown rendezvous backend 'fiel'; available: etcd, file, grpc, "
+            "memory; did you mean 'file'? Install plugins with pip install rallypoint-<name>; "
+            "see rallypoint plugins list",
         ),
         (
             "[jobs]\nentrypoint = 'train.py'\n",
