@@ -36,16 +36,23 @@ dist.destroy_process_group()
 """
 
 CRASH_UNTIL = """
-import os, sys
+import os, sys, time
 from rallypoint.agent.error_files import record
 
 @record
 def main():
     rank = int(os.environ["RANK"])
     attempt = int(os.environ["TORCHELASTIC_RESTART_COUNT"])
-    with open(os.path.join(sys.argv[2], f"rank{rank}.attempt{attempt}"), "w") as f:
+    path = os.path.join(sys.argv[2], f"rank{rank}.attempt{attempt}")
+    with open(path + ".tmp", "w") as f:
         f.write(os.environ["WORLD_SIZE"])
+    os.replace(path + ".tmp", path)
     if rank == 1 and attempt < int(sys.argv[1]):
+        # fail only once rank 0 has written its file: the agent stops rank 0 when rank 1 fails
+        deadline = time.monotonic() + 60
+        rank0 = os.path.join(sys.argv[2], f"rank0.attempt{attempt}")
+        while not os.path.exists(rank0) and time.monotonic() < deadline:
+            time.sleep(0.01)
         raise ValueError(f"planned failure on attempt {attempt}")
 
 main()

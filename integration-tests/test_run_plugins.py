@@ -53,11 +53,16 @@ def rallypoint_agent_should_restart(failure):
 """
 
 WORKER = """
-import os, sys
+import os, sys, time
 out = sys.argv[1]
-with open(os.path.join(out, "worker" + os.environ["RANK"]), "w") as f:
+with open(os.path.join(out, "worker" + os.environ["RANK"]) + ".tmp", "w") as f:
     f.write(os.environ["ACME_RANK_PLUS_100"])
+os.replace(os.path.join(out, "worker" + os.environ["RANK"]) + ".tmp", os.path.join(out, "worker" + os.environ["RANK"]))
 if os.environ["RANK"] == "1":
+    # fail only once rank 0 has written its file: the agent stops rank 0 when rank 1 fails
+    deadline = time.monotonic() + 60
+    while not os.path.exists(os.path.join(out, "worker0")) and time.monotonic() < deadline:
+        time.sleep(0.01)
     sys.exit(3)
 """
 
