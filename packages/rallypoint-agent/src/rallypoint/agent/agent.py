@@ -50,6 +50,7 @@ from rallypoint.agent.ranks import RankAssignment, RankNode, RankStrategy, Worke
 from rallypoint.agent.records import RankStrategyRecord
 from rallypoint.agent.report import FailureReport, WorkerFailure, failures_from_store
 from rallypoint.agent.waiting import waiting_line
+from rallypoint.agent.warm import WarmLauncher
 from rallypoint.agent.watchdog import WatchdogExpiry, WatchdogServer
 from rallypoint.agent.workers import WorkerExit, WorkerGroup, WorkerSpec
 from rallypoint.core.errors import RallypointError
@@ -140,6 +141,8 @@ class AgentSettings:
     watchdog_options: BaseModel | None = None
     timeline: bool = False
     store_head_start: float = 0.05
+    preload: tuple[str, ...] = ()  # [agent] preload: workers forked from a warm process (rallypoint.agent.warm)
+    preload_env: Mapping[str, str] | None = None  # the warm process's environment (the agent's when None)
 
 
 @dataclass
@@ -184,6 +187,7 @@ class ElasticAgent:
         self.console = console
         self.host = settings.host or socket.gethostname()
         self._group: WorkerGroup | None = None
+        self._warm = WarmLauncher.for_modules(settings.preload, settings.preload_env, console)
         self._signal: int | None = None
         self._watchdog: WatchdogServer | None = None
         self._expired: dict[int, WatchdogExpiry] = {}
@@ -208,6 +212,8 @@ class ElasticAgent:
 
         restore = self._install_signal_handlers()
         try:
+            if self._warm is not None:
+                self._warm.start()  # it imports while the rendezvous runs
             self._start_watchdog()
             return self._loop()
         except AgentSignal as sig:
@@ -218,6 +224,8 @@ class ElasticAgent:
         finally:
             if self._group is not None:
                 self._group.stop(grace=self.settings.stop_grace)
+            if self._warm is not None:
+                self._warm.close()
             with contextlib.suppress(Exception):
                 self.handler.shutdown()
             if self._watchdog is not None:
@@ -350,7 +358,7 @@ class ElasticAgent:
                 "no worker output reaches the console; the log files under "
                 f"{self.settings.log_dir} have all of it"
             )
-        group = WorkerGroup(logs=logs)
+        group = WorkerGroup(logs=logs, warm=self._warm)
         self._group = group
         # Worker rank 0 serves the env:// store. torch's clients back off for about half a second
         # when they find no server yet, so the store's worker starts a moment before the others.

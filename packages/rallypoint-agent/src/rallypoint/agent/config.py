@@ -231,6 +231,26 @@ _Text = Annotated[str, AfterValidator(_no_nul)]
 _Target = Annotated[str, AfterValidator(_no_nul), AfterValidator(_not_blank)]
 
 
+_MODULE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
+
+
+def _preload_list(value: Any) -> Any:
+    """``agent.preload`` from a flag or variable is text: ``"torch,numpy"`` is two modules."""
+    if isinstance(value, str):
+        return [part.strip() for part in value.split(",") if part.strip()]
+    return value
+
+
+def _module_name(value: str) -> str:
+    if not _MODULE_NAME.fullmatch(value):
+        raise PydanticCustomError(
+            "module_name",
+            "{value} is not a module name (dotted Python identifiers, e.g. torch)",
+            {"value": _short(value)},
+        )
+    return value
+
+
 class JobSection(Section):
     """``[job]``: what each worker runs."""
 
@@ -300,6 +320,10 @@ class AgentSection(Section):
     store_head_start: Annotated[Duration, AfterValidator(_poll)] = Field(
         default=0.05,
         description="How long worker rank 0 (which serves the env:// store) starts before the others.",
+    )
+    preload: Annotated[list[Annotated[str, AfterValidator(_module_name)]], BeforeValidator(_preload_list)] = Field(
+        default_factory=list,
+        description='Modules a warm process imports once; workers are forked from it (e.g. ["torch"]).',
     )
 
 

@@ -31,6 +31,7 @@ from rallypoint.agent.logs import parse_tee
 from rallypoint.agent.netif import interface_for_address, socket_ifname_env
 from rallypoint.agent.node import node_record
 from rallypoint.agent.records import RankStrategyRecord
+from rallypoint.agent.warm import preload_problem, warm_environment
 from rallypoint.core.config import ResolvedConfig, Selection
 from rallypoint.core.errors import ConfigError, ConfigIssue
 from rallypoint.core.records import BackendRecord
@@ -403,15 +404,19 @@ def plan_job(resolved: ResolvedConfig, facts: NodeFacts) -> JobPlan:
     strategy, strategy_options = _selected(resolved, "ranks.strategy")
     watchdog, watchdog_options = _selected(resolved, "timer.watchdog")
     timer = _timer_section(resolved)
+    argv = worker_argv(
+        job,
+        script_from_cli=facts.script_from_cli,
+        base=facts.job_file.parent if facts.job_file is not None else facts.cwd,
+        cwd=facts.cwd,
+        executable=facts.executable,
+        source=resolved.loaded.source_of("job.entrypoint"),
+    )
+    if agent.preload and (problem := preload_problem(argv)):
+        raise _issue(resolved.loaded.source_of("agent.preload"), "agent.preload", problem)
+    worker_env = _worker_env(resolved, facts, job)
     settings = AgentSettings(
-        argv=worker_argv(
-            job,
-            script_from_cli=facts.script_from_cli,
-            base=facts.job_file.parent if facts.job_file is not None else facts.cwd,
-            cwd=facts.cwd,
-            executable=facts.executable,
-            source=resolved.loaded.source_of("job.entrypoint"),
-        ),
+        argv=argv,
         run_id=rendezvous.run_id,
         host=facts.host,
         max_restarts=agent.max_restarts,
@@ -419,12 +424,14 @@ def plan_job(resolved: ResolvedConfig, facts: NodeFacts) -> JobPlan:
         exit_barrier_timeout=agent.exit_barrier_timeout,
         log_dir=_log_dir(resolved, agent.log_dir, rendezvous.run_id, name),
         tee=parse_tee(agent.tee),
-        worker_env=_worker_env(resolved, facts, job),
+        worker_env=worker_env,
         strategy=strategy if isinstance(strategy, RankStrategyRecord) else None,
         strategy_options=strategy_options,
         watchdog=watchdog,
         watchdog_options=watchdog_options,
         timeline=timer is not None and timer.timeline,
         store_head_start=agent.store_head_start,
+        preload=tuple(agent.preload),
+        preload_env=warm_environment(facts.environ, worker_env, node.local_world_size) if agent.preload else None,
     )
     return JobPlan(node, settings, rendezvous)

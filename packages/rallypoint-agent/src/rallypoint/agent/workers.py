@@ -41,6 +41,11 @@ Design:
   :meth:`WorkerGroup.stop` reaps it, so the worker's pid and process-group id cannot be reused
   while the agent may still signal that group.
 * Workers get ``stdin`` from ``/dev/null``: several workers cannot share the agent's terminal.
+* **Warm workers.** With a :class:`rallypoint.agent.warm.WarmLauncher` (``[agent] preload``),
+  workers are forked by the warm process instead of started with ``Popen``; each comes back as a
+  :class:`rallypoint.agent.warm.WarmProcess` with the same interface, so everything above
+  (process groups, sessions, the sentinel, zombies kept until :meth:`WorkerGroup.stop`) holds
+  unchanged. Their pipes are made here and handed to the warm process.
 """
 
 from __future__ import annotations
@@ -64,6 +69,7 @@ from typing import Any, TypeVar
 
 from rallypoint.agent import sentinel
 from rallypoint.agent.logs import WorkerLogs
+from rallypoint.agent.warm import WarmLauncher, WarmProcess
 from rallypoint.core.errors import RallypointError
 
 __all__ = [
@@ -125,7 +131,7 @@ def signal_name(returncode: int) -> str | None:
         return f"SIG{-returncode}"
 
 
-def _wait_no_reap(popen: subprocess.Popen[bytes]) -> int:
+def _wait_no_reap(popen: subprocess.Popen[bytes] | WarmProcess) -> int:
     """Block until ``popen`` exits and return its return code, leaving it a zombie.
 
     An unreaped worker keeps its pid, hence its process-group id, from being reused, so
@@ -316,7 +322,7 @@ _sentinel = _Sentinel()
 @dataclass
 class _Worker:
     spec: WorkerSpec
-    popen: subprocess.Popen[bytes]
+    popen: subprocess.Popen[bytes] | WarmProcess
     started_at: float
 
 
@@ -330,6 +336,8 @@ class WorkerGroup:
             parent-death signal for the workers (Linux) and the sentinel for their sessions.
         on_exit: called from a watcher thread with each :class:`WorkerExit` as it happens, e.g.
             to push it into the agent's event queue. Keep it short and never let it block.
+        warm: fork the workers from this warm process (``[agent] preload``) instead of starting
+            fresh interpreters; their command lines must be ``[python, -u, script|-m module, ...]``.
 
     Use as a context manager to :meth:`stop` the workers on the way out.
     """
@@ -340,8 +348,10 @@ class WorkerGroup:
         logs: WorkerLogs | None = None,
         pdeathsig: bool = True,
         on_exit: Callable[[WorkerExit], None] | None = None,
+        warm: WarmLauncher | None = None,
     ) -> None:
         self.logs = logs
+        self.warm = warm
         self.pdeathsig = pdeathsig and PDEATHSIG_SUPPORTED
         self._sentinel = _sentinel if pdeathsig else None
         self._on_exit = on_exit
@@ -378,10 +388,16 @@ class WorkerGroup:
             if index == 1 and head_start > 0:
                 time.sleep(head_start)
             try:
-                worker = _spawner.call(functools.partial(self._spawn, spec))
+                if self.warm is not None:
+                    worker = self._spawn_warm(self.warm, spec)
+                else:
+                    worker = _spawner.call(functools.partial(self._spawn, spec))
             except (OSError, subprocess.SubprocessError) as err:
                 self.stop(grace=0)
                 raise WorkerStartError(spec.rank, spec.argv, err) from err
+            except RallypointError:  # the warm process refused or died: all or nothing still
+                self.stop(grace=0)
+                raise
             with self._cond:
                 self._workers[spec.rank] = worker
             threading.Thread(
@@ -411,6 +427,32 @@ class WorkerGroup:
         if self._sentinel is not None:
             self._sentinel.register(popen.pid)  # pid == sid: it leads its own session
         return _Worker(spec, popen, started_at)
+
+    def _spawn_warm(self, warm: WarmLauncher, spec: WorkerSpec) -> _Worker:
+        """Fork the worker from the warm process, with pipes made here as ``Popen`` would make them."""
+        pipes = (os.pipe(), os.pipe()) if self.logs is not None else None
+        started_at = time.time()
+        try:
+            handle = warm.spawn(
+                spec.argv,
+                env=spec.env,
+                cwd=spec.cwd,
+                stdout=pipes[0][1] if pipes else 1,
+                stderr=pipes[1][1] if pipes else 2,
+                pdeathsig=self.pdeathsig,
+            )
+        except BaseException:
+            for fd in [fd for pair in pipes or () for fd in pair]:
+                os.close(fd)
+            raise
+        if pipes is not None:
+            os.close(pipes[0][1])
+            os.close(pipes[1][1])
+            handle.stdout = open(pipes[0][0], "rb")  # noqa: SIM115 - the logs own it (as Popen's pipes)
+            handle.stderr = open(pipes[1][0], "rb")  # noqa: SIM115
+        if self._sentinel is not None:
+            self._sentinel.register(handle.pid)
+        return _Worker(spec, handle, started_at)
 
     def _watch(self, worker: _Worker) -> None:
         returncode = _wait_no_reap(worker.popen)

@@ -1,0 +1,386 @@
+"""The warm process: imports the preloaded modules once, then forks workers on the agent's request.
+
+Run by path, never imported by the agent: ``python -u _server.py FD MODULE...``, where ``FD`` is
+this end of a Unix stream socket whose other end the agent holds. It imports nothing of
+rallypoint (only the standard library and the modules it was asked to preload), so what a worker
+finds in :data:`sys.modules` is what its script would have imported itself.
+
+Protocol (one JSON object per frame: a 4-byte big-endian length, then the bytes; descriptors
+travel with a frame's header as ``SCM_RIGHTS``):
+
+* server to agent, once: ``{"op": "ready", "seconds": S, "pid": P}``, or
+  ``{"op": "refused", "message": M}`` and the server exits with status 2;
+* agent to server: ``{"op": "spawn", "id": N, "argv": [...], "env": {...}, "cwd": C,
+  "pdeathsig": B}`` with the worker's stdout and stderr descriptors; the server answers
+  ``{"op": "spawned", "id": N, "pid": P}`` or ``{"op": "failed", "id": N, "errno": E,
+  "message": M}``;
+* server to agent: ``{"op": "exit", "pid": P, "returncode": R}`` when a worker ends
+  (``R < 0``: killed by signal ``-R``); the worker stays a zombie, keeping its pid and process
+  group, until the agent sends ``{"op": "reap", "pid": P}``.
+
+The server is single-threaded (one ``selectors`` loop over the socket and one pidfd per
+worker), so forking from it never copies a lock held by another thread. End of file on the
+socket (the agent closed it, or died) ends the server; its workers then get their parent-death
+signal.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import ctypes.util
+import importlib
+import json
+import os
+import selectors
+import signal
+import socket
+import struct
+import sys
+import threading
+import time
+import traceback
+from typing import Any, NoReturn
+
+_HEADER = struct.Struct(">I")
+_MAX_FDS = 4
+_PR_SET_PDEATHSIG = 1
+#: Python's status when it cannot open the script (``python missing.py``).
+_EXIT_NO_SCRIPT = 2
+#: Status of a child that could not be set up (the agent gets the errno as a start failure).
+_EXIT_SETUP = 127
+
+
+# -- framing ---------------------------------------------------------------------------------------
+
+
+def send(sock: socket.socket, message: dict[str, Any], fds: list[int] | None = None) -> None:
+    """Send one frame, with ``fds`` attached to its header."""
+    body = json.dumps(message, separators=(",", ":")).encode()
+    data = _HEADER.pack(len(body)) + body
+    sent = socket.send_fds(sock, [data], fds) if fds else sock.send(data)
+    if sent < len(data):
+        sock.sendall(data[sent:])
+
+
+def _recv_exact(sock: socket.socket, size: int) -> bytes:
+    chunks = []
+    while size:
+        chunk = sock.recv(size)
+        if not chunk:
+            raise EOFError
+        chunks.append(chunk)
+        size -= len(chunk)
+    return b"".join(chunks)
+
+
+def recv(sock: socket.socket) -> tuple[dict[str, Any], list[int]] | None:
+    """Receive one frame and the descriptors sent with it; ``None`` at end of file."""
+    try:
+        head, fds, _flags, _addr = socket.recv_fds(sock, _HEADER.size, _MAX_FDS)
+        if not head:
+            return None
+        if len(head) < _HEADER.size:
+            head += _recv_exact(sock, _HEADER.size - len(head))
+        (size,) = _HEADER.unpack(head)
+        message: dict[str, Any] = json.loads(_recv_exact(sock, size))
+    except (EOFError, ConnectionResetError):
+        return None
+    return message, list(fds)
+
+
+# -- safety checks after the imports ---------------------------------------------------------------
+
+
+def _sockets(keep: int) -> list[str]:
+    found = []
+    try:
+        names = os.listdir("/proc/self/fd")
+    except OSError:
+        return []
+    for name in names:
+        if int(name) == keep:
+            continue
+        try:
+            target = os.readlink(f"/proc/self/fd/{name}")
+        except OSError:
+            continue
+        if target.startswith("socket:"):
+            found.append(f"fd {name}")
+    return found
+
+
+def unsafe_state(modules: list[str], control_fd: int) -> str | None:
+    """Why forking workers from this process is unsafe after the imports, or ``None``."""
+    if threading.active_count() > 1:
+        names = sorted(t.name for t in threading.enumerate() if t is not threading.main_thread())
+        return (
+            f"importing {', '.join(modules)} started {len(names)} thread(s) ({', '.join(names)}); a forked "
+            "worker would get their locks but not the threads. Remove the module that starts them from "
+            "agent.preload (import it in the script instead)"
+        )
+    torch = sys.modules.get("torch")
+    cuda = getattr(torch, "cuda", None)
+    if cuda is not None and getattr(cuda, "is_initialized", lambda: False)():
+        return (
+            f"importing {', '.join(modules)} initialised CUDA; a forked worker cannot use a CUDA context "
+            "created before the fork. Remove the module that touches the GPU at import from agent.preload"
+        )
+    sockets = _sockets(control_fd)
+    if sockets:
+        return (
+            f"importing {', '.join(modules)} opened socket(s) ({', '.join(sockets)}); every worker would "
+            "share them. Remove the module that connects at import from agent.preload"
+        )
+    return None
+
+
+def preload(modules: list[str], control_fd: int) -> str | None:
+    """Import ``modules``; return why this process may not fork workers, or ``None``."""
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except BaseException as exc:  # noqa: BLE001 - any failure is reported to the agent
+            return f"cannot preload {name!r}: {type(exc).__name__}: {exc}"
+    return unsafe_state(modules, control_fd)
+
+
+# -- the worker side of the fork -------------------------------------------------------------------
+
+
+def _load_prctl() -> Any:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        fn = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").prctl
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+_prctl = _load_prctl()
+
+
+def parse_argv(argv: list[str]) -> tuple[str, str, list[str]]:
+    """``[python, -u, script, args...]`` or ``[python, -u, -m, module, args...]`` as (kind, target, args)."""
+    rest = list(argv[1:])
+    while rest and rest[0] == "-u":
+        rest.pop(0)
+    if len(rest) >= 2 and rest[0] == "-m":
+        return "module", rest[1], rest[2:]
+    if rest and not rest[0].startswith("-"):
+        return "script", rest[0], rest[1:]
+    raise ValueError(f"not a Python script or module command line: {argv}")
+
+
+def _setup_child(request: dict[str, Any], out_fd: int, err_fd: int, closing: list[int], parent: int) -> None:
+    """Make this forked process look like a fresh worker (session, death signal, stdio, cwd, environ)."""
+    os.setsid()
+    if request.get("pdeathsig") and _prctl is not None:
+        _prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+        if os.getppid() != parent:  # the warm process died before prctl: no signal will come
+            os.kill(os.getpid(), signal.SIGKILL)
+    for fd in closing:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.dup2(out_fd, 1)
+    os.dup2(err_fd, 2)
+    for fd in {null, out_fd, err_fd} - {0, 1, 2}:
+        os.close(fd)
+    if request.get("cwd"):
+        os.chdir(request["cwd"])
+    os.environ.clear()  # unsetenv/putenv too: C code sees the worker's environment
+    os.environ.update(request["env"])
+
+
+def _reseed() -> None:
+    """Per-process random state a fresh interpreter would have drawn anew (``random`` reseeds itself)."""
+    np_random = sys.modules.get("numpy.random")
+    if np_random is not None:
+        with contextlib.suppress(Exception):  # a numpy without the legacy global state
+            np_random.seed()
+
+
+def _visible_traceback(exc: BaseException) -> Any:
+    """The traceback without the frames of this file and of runpy, as ``python script.py`` shows it."""
+    import runpy
+
+    hidden = {os.path.abspath(__file__), runpy.run_path.__code__.co_filename, os.path.abspath(runpy.__file__ or "")}
+    tb = exc.__traceback__
+    while tb is not None and {tb.tb_frame.f_code.co_filename, os.path.abspath(tb.tb_frame.f_code.co_filename)} & hidden:
+        tb = tb.tb_next
+    return tb
+
+
+def _exit_status(code: object) -> int:
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF
+    with contextlib.suppress(Exception):
+        print(code, file=sys.stderr)
+    return 1
+
+
+def run_main(kind: str, target: str, args: list[str]) -> NoReturn:
+    """Run the script or module as ``__main__``, then end like the interpreter would."""
+    import atexit
+    import runpy
+
+    status = 0
+    interrupted = False
+    sys.argv = [target, *args]
+    _reseed()
+    try:
+        if kind == "module":
+            sys.path.insert(0, os.getcwd())
+            runpy.run_module(target, run_name="__main__", alter_sys=True)
+        else:
+            path = os.path.abspath(target)
+            if not os.path.isfile(path):
+                err = FileNotFoundError(2, "No such file or directory")
+                print(f"{sys.executable}: can't open file {path!r}: [Errno 2] {err.strerror}", file=sys.stderr)
+                status = _EXIT_NO_SCRIPT
+            else:
+                sys.path.insert(0, os.path.dirname(os.path.realpath(path)))
+                runpy.run_path(target, run_name="__main__")
+    except SystemExit as exc:
+        status = _exit_status(exc.code)
+    except BaseException as exc:  # noqa: BLE001 - reported the way the interpreter reports it
+        interrupted = isinstance(exc, KeyboardInterrupt)
+        sys.excepthook(type(exc), exc, _visible_traceback(exc))
+        status = 1
+    _finish(status, interrupted, atexit)
+
+
+def _finish(status: int, interrupted: bool, atexit: Any) -> NoReturn:
+    try:
+        getattr(threading, "_shutdown", lambda: None)()  # join non-daemon threads, as at interpreter exit
+        atexit._run_exitfuncs()
+    except BaseException:  # noqa: BLE001
+        traceback.print_exc()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    if interrupted:  # an uncaught KeyboardInterrupt ends the interpreter by SIGINT
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
+        status = 128 + int(signal.SIGINT)
+    os._exit(status)
+
+
+# -- the server loop -------------------------------------------------------------------------------
+
+
+class Server:
+    """Forks workers and reports their exits; single-threaded."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.selector = selectors.DefaultSelector()
+        self.selector.register(sock, selectors.EVENT_READ, None)
+        self.pidfds: dict[int, int] = {}  # pid -> pidfd, until the exit is reported
+        self.zombies: set[int] = set()
+
+    def serve(self) -> None:
+        """Run until the agent closes the socket."""
+        while True:
+            for key, _events in self.selector.select():
+                if key.data is None:
+                    received = recv(self.sock)
+                    if received is None:
+                        return
+                    self.handle(*received)
+                else:
+                    self.reap_exit(key.data)
+
+    def handle(self, message: dict[str, Any], fds: list[int]) -> None:
+        """Act on one request from the agent."""
+        op = message.get("op")
+        if op == "spawn" and len(fds) == 2:
+            self.spawn(message, fds[0], fds[1])
+            return
+        for fd in fds:
+            os.close(fd)
+        if op == "reap":
+            pid = int(message["pid"])
+            if pid in self.zombies:
+                self.zombies.discard(pid)
+                with contextlib.suppress(ChildProcessError):
+                    os.waitpid(pid, 0)
+
+    def spawn(self, request: dict[str, Any], out_fd: int, err_fd: int) -> None:
+        """Fork one worker; answer ``spawned`` or ``failed``."""
+        read_end, write_end = os.pipe()
+        closing = [self.sock.fileno(), self.selector.fileno() if hasattr(self.selector, "fileno") else -1]
+        closing += [*self.pidfds.values(), read_end]
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+        parent = os.getpid()
+        pid = os.fork()
+        if pid == 0:  # the worker
+            try:
+                kind, target, args = parse_argv(list(request["argv"]))
+                _setup_child(request, out_fd, err_fd, [fd for fd in closing if fd >= 0], parent)
+            except OSError as exc:
+                os.write(write_end, json.dumps([exc.errno, exc.strerror or str(exc)]).encode())
+                os._exit(_EXIT_SETUP)
+            except BaseException as exc:  # noqa: BLE001
+                os.write(write_end, json.dumps([0, f"{type(exc).__name__}: {exc}"]).encode())
+                os._exit(_EXIT_SETUP)
+            os.close(write_end)  # set up: the server stops waiting
+            run_main(kind, target, args)
+        os.close(write_end)
+        os.close(out_fd)
+        os.close(err_fd)
+        failure = b""
+        while chunk := os.read(read_end, 65536):
+            failure += chunk
+        os.close(read_end)
+        if failure:
+            os.waitpid(pid, 0)
+            errno, text = json.loads(failure)
+            send(self.sock, {"op": "failed", "id": request["id"], "errno": errno, "message": text})
+            return
+        pidfd = os.pidfd_open(pid)
+        self.pidfds[pid] = pidfd
+        self.selector.register(pidfd, selectors.EVENT_READ, pid)
+        send(self.sock, {"op": "spawned", "id": request["id"], "pid": pid})
+
+    def reap_exit(self, pid: int) -> None:
+        """A worker's pidfd became readable: report its exit, keep it a zombie."""
+        pidfd = self.pidfds.pop(pid)
+        self.selector.unregister(pidfd)
+        os.close(pidfd)
+        info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
+        if info is None:  # pragma: no cover - the pidfd said it exited
+            return
+        returncode = info.si_status if info.si_code == os.CLD_EXITED else -info.si_status
+        self.zombies.add(pid)
+        send(self.sock, {"op": "exit", "pid": pid, "returncode": returncode})
+
+
+def main(argv: list[str]) -> int:
+    """``_server.py FD MODULE...``: preload, say ready (or why not), serve."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    if sys.path and os.path.abspath(sys.path[0] or ".") == here:
+        del sys.path[0]  # a worker's sys.path[0] is its script's directory, set at fork
+    control_fd = int(argv[1])
+    modules = list(argv[2:])
+    sock = socket.socket(fileno=control_fd)
+    started = time.monotonic()
+    problem = preload(modules, control_fd)
+    if problem is not None:
+        send(sock, {"op": "refused", "message": problem})
+        return 2
+    send(sock, {"op": "ready", "seconds": time.monotonic() - started, "pid": os.getpid()})
+    Server(sock).serve()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,392 @@
+"""The agent's side of the warm process: start it, ask it for workers, follow their exits.
+
+:class:`WarmLauncher` owns one warm process at a time (:mod:`rallypoint.agent.warm._server`),
+started with the agent's parent-death signal and in a session of its own. Each worker it forks
+comes back as a :class:`WarmProcess`, a handle with the parts of :class:`subprocess.Popen`'s
+interface the agent uses (``pid``, ``args``, ``stdout``, ``stderr``, ``returncode``, ``poll``,
+``wait``, ``send_signal``, ``terminate``, ``kill``), plus :meth:`WarmProcess.wait_no_reap`.
+
+The workers are the warm process's children, not the agent's: their exit status reaches the
+agent as a message, and each stays a zombie in the warm process (keeping its pid and process
+group) until the agent reaps it, exactly as :class:`rallypoint.agent.workers.WorkerGroup` does
+with its own children. If the warm process dies, its workers die with it (their parent-death
+signal), their handles report ``SIGKILL``, and the next :meth:`WarmLauncher.spawn` starts a new
+warm process.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import IO, Any, TextIO
+
+from rallypoint.agent.warm import _server
+from rallypoint.core.errors import EXIT_USAGE, RallypointError
+
+__all__ = ["WarmLauncher", "WarmProcess", "WarmRefusedError", "preload_problem", "warm_environment"]
+
+#: The warm process's program, run by path (it imports nothing of rallypoint).
+SERVER = str(Path(_server.__file__).resolve())
+#: Seconds the warm process may take to import the preloaded modules.
+READY_TIMEOUT = 600.0
+#: Seconds to wait for an answer to one spawn request.
+SPAWN_TIMEOUT = 60.0
+
+
+class WarmRefusedError(RallypointError):
+    """The warm process cannot fork workers: a preloaded module failed or is unsafe to fork after."""
+
+    exit_code = EXIT_USAGE
+
+
+def preload_problem(argv: Sequence[str]) -> str | None:
+    """Why workers with command line ``argv`` cannot be forked from a warm process, or ``None``."""
+    try:
+        _server.parse_argv(list(argv))
+    except ValueError:
+        return f"preloading needs a Python script or module to run, but the workers run {argv[0]!r} as a program"
+    return None
+
+
+def warm_environment(base: Mapping[str, str], extra: Mapping[str, str], local_world_size: int) -> dict[str, str]:
+    """The warm process's environment: what every local worker shares, before the per-rank variables.
+
+    The agent's environment and the job's variables, plus the defaults the workers get (one
+    OpenMP thread per worker when several share the node: libraries read it as they load).
+    """
+    env = {**base, **extra}
+    if local_world_size > 1:
+        env.setdefault("OMP_NUM_THREADS", "1")
+    env.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    return env
+
+
+class WarmProcess:
+    """A worker forked by the warm process, with the :class:`subprocess.Popen` interface the agent uses."""
+
+    def __init__(self, conn: _Connection, pid: int, args: Sequence[str]) -> None:
+        self._conn = conn
+        self.pid = pid
+        self.args = list(args)
+        self.stdout: IO[bytes] | None = None
+        self.stderr: IO[bytes] | None = None
+        #: The exit status once reaped (``-N`` for signal N), else ``None``, as for ``Popen``.
+        self.returncode: int | None = None
+        self._status: int | None = None
+        self._reaped_elsewhere = False
+        self._exited = threading.Event()
+
+    def _set_exit(self, returncode: int, *, reaped: bool = False) -> None:
+        if self._exited.is_set():
+            return
+        self._status = returncode
+        self._reaped_elsewhere = reaped
+        if reaped:
+            self.returncode = returncode
+        self._exited.set()
+
+    def wait_no_reap(self, timeout: float | None = None) -> int | None:
+        """Block until the worker exits; return its status, leaving it a zombie (``None`` on timeout)."""
+        if not self._exited.wait(timeout):
+            return None
+        return self._status
+
+    def poll(self) -> int | None:
+        """The exit status if the worker ended (reaping it), else ``None``."""
+        if self._exited.is_set():
+            self._reap()
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        """Wait for the worker's exit and reap it.
+
+        Raises:
+            subprocess.TimeoutExpired: it is still running after ``timeout`` seconds.
+        """
+        if not self._exited.wait(timeout):
+            raise subprocess.TimeoutExpired(self.args, timeout or 0.0)
+        self._reap()
+        assert self.returncode is not None
+        return self.returncode
+
+    def _reap(self) -> None:
+        if self.returncode is None and self._status is not None:
+            self.returncode = self._status
+            if not self._reaped_elsewhere:
+                self._conn.reap(self.pid)
+
+    def send_signal(self, sig: int) -> None:
+        """Send ``sig`` to the worker unless it was reaped."""
+        if self.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, sig)
+
+    def terminate(self) -> None:
+        """Send ``SIGTERM``."""
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        """Send ``SIGKILL``."""
+        self.send_signal(signal.SIGKILL)
+
+
+def _gone(pid: int, deadline: float) -> None:
+    """Wait until ``pid`` no longer exists (killed with its warm process, reaped by init)."""
+    while time.monotonic() < deadline and os.path.exists(f"/proc/{pid}"):
+        time.sleep(0.005)
+
+
+class _Connection:
+    """One warm process and the thread that reads its messages."""
+
+    def __init__(self, modules: Sequence[str], env: Mapping[str, str], python: str, pdeathsig: bool) -> None:
+        self.modules = list(modules)
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock = ours
+        self._send_lock = threading.Lock()
+        self._state = threading.Condition()
+        self.ready = False
+        self.refused: str | None = None
+        self.dead = False
+        self.ready_seconds: float | None = None
+        self._next_id = 0
+        self._pending: dict[int, tuple[concurrent.futures.Future[WarmProcess], list[str]]] = {}
+        self._handles: dict[int, WarmProcess] = {}
+        argv = [python, "-u", SERVER, str(theirs.fileno()), *self.modules]
+        try:
+            self.popen = _start_server(argv, env, theirs.fileno(), pdeathsig)
+        finally:
+            theirs.close()
+        threading.Thread(target=self._read, name="rallypoint-warm-reader", daemon=True).start()
+
+    # -- reading -----------------------------------------------------------------------------------
+    def _read(self) -> None:
+        while (received := _server.recv(self.sock)) is not None:
+            self._dispatch(received[0])
+            for fd in received[1]:
+                os.close(fd)
+        self._lost()
+
+    def _dispatch(self, message: dict[str, Any]) -> None:
+        op = message.get("op")
+        with self._state:
+            if op == "ready":
+                self.ready, self.ready_seconds = True, float(message.get("seconds", 0.0))
+            elif op == "refused":
+                self.refused = str(message.get("message"))
+            elif op in ("spawned", "failed"):
+                future, argv = self._pending.pop(int(message["id"]))
+                if op == "spawned":
+                    handle = WarmProcess(self, int(message["pid"]), argv)
+                    self._handles[handle.pid] = handle
+                    future.set_result(handle)
+                else:
+                    future.set_exception(OSError(int(message["errno"]) or None, str(message["message"])))
+            elif op == "exit":
+                exited = self._handles.pop(int(message["pid"]), None)
+                if exited is not None:
+                    exited._set_exit(int(message["returncode"]))
+            self._state.notify_all()
+
+    def _lost(self) -> None:
+        """End of file: the warm process is gone; so are its workers (parent-death signal)."""
+        with self._state:
+            self.dead = True
+            live = list(self._handles.values())
+            self._handles.clear()
+            for future, _argv in self._pending.values():
+                future.set_exception(OSError(0, "the warm process ended while starting the worker"))
+            self._pending.clear()
+            self._state.notify_all()
+        deadline = time.monotonic() + 10.0
+        for handle in live:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(handle.pid, signal.SIGKILL)  # no-op with a death signal; needed without one
+        for handle in live:
+            _gone(handle.pid, deadline)
+            handle._set_exit(-int(signal.SIGKILL), reaped=True)
+
+    # -- requests ----------------------------------------------------------------------------------
+    def wait_ready(self, timeout: float) -> None:
+        with self._state:
+            self._state.wait_for(lambda: self.ready or self.refused is not None or self.dead, timeout)
+            if self.refused is not None:
+                raise WarmRefusedError(f"agent.preload: {self.refused}")
+            if not self.ready:
+                why = "ended" if self.dead else f"was not ready after {timeout:g} s"
+                raise RallypointError(
+                    f"the warm process (pid {self.popen.pid}) that preloads {', '.join(self.modules)} {why} "
+                    "before its first worker; its error output is above. Check that each module of "
+                    "agent.preload imports on its own (python -c 'import NAME')"
+                )
+
+    def spawn(
+        self, argv: Sequence[str], env: Mapping[str, str], cwd: str | None, fds: list[int], pdeathsig: bool
+    ) -> WarmProcess:
+        future: concurrent.futures.Future[WarmProcess] = concurrent.futures.Future()
+        with self._state:
+            if self.dead:
+                raise OSError(0, "the warm process ended")
+            self._next_id += 1
+            request_id = self._next_id
+            self._pending[request_id] = (future, list(argv))
+        request = {"op": "spawn", "id": request_id, "argv": list(argv), "env": dict(env), "cwd": cwd}
+        request["pdeathsig"] = pdeathsig
+        try:
+            with self._send_lock:
+                _server.send(self.sock, request, fds)
+        except OSError:
+            with self._state:
+                self._pending.pop(request_id, None)
+            raise
+        return future.result(SPAWN_TIMEOUT)
+
+    def reap(self, pid: int) -> None:
+        with contextlib.suppress(OSError), self._send_lock:
+            _server.send(self.sock, {"op": "reap", "pid": pid})
+
+    def close(self, timeout: float = 5.0) -> None:
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_RDWR)
+        try:
+            self.popen.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.popen.kill()
+            self.popen.wait()
+        self.sock.close()
+
+
+def _start_server(argv: list[str], env: Mapping[str, str], fd: int, pdeathsig: bool) -> subprocess.Popen[bytes]:
+    """Start the warm process from the agent's spawner thread (the death signal follows that thread)."""
+    from rallypoint.agent import workers
+
+    def start() -> subprocess.Popen[bytes]:
+        preexec = workers._make_preexec(os.getpid()) if pdeathsig and workers.PDEATHSIG_SUPPORTED else None
+        return subprocess.Popen(
+            argv,
+            env=dict(env),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            pass_fds=(fd,),
+            start_new_session=True,
+            preexec_fn=preexec,
+        )
+
+    return workers._spawner.call(start)
+
+
+class WarmLauncher:
+    """Starts workers by forking them from a warm process that has imported ``modules``.
+
+    Args:
+        modules: the modules to import once (``[agent] preload``).
+        env: the warm process's environment (see :func:`warm_environment`); the agent's by default.
+        python: the interpreter; the agent's by default.
+        console: where messages about the warm process go (``sys.stderr`` by default).
+        pdeathsig: the warm process dies with the agent (Linux parent-death signal).
+    """
+
+    def __init__(
+        self,
+        modules: Sequence[str],
+        *,
+        env: Mapping[str, str] | None = None,
+        python: str | None = None,
+        console: TextIO | None = None,
+        pdeathsig: bool = True,
+    ) -> None:
+        self.modules = list(modules)
+        self.env = dict(os.environ if env is None else env)
+        self.python = python or sys.executable
+        self.console = console
+        self.pdeathsig = pdeathsig
+        #: How many warm processes were started (more than one after one died).
+        self.starts = 0
+        self._conn: _Connection | None = None
+        self._lock = threading.Lock()
+
+    @classmethod
+    def for_modules(
+        cls, modules: Sequence[str], env: Mapping[str, str] | None = None, console: TextIO | None = None
+    ) -> WarmLauncher | None:
+        """A launcher for ``modules`` (not started yet), or ``None`` when there is nothing to preload."""
+        return cls(modules, env=env, console=console) if modules else None
+
+    @property
+    def pid(self) -> int | None:
+        """The current warm process's pid, or ``None`` before :meth:`start`."""
+        return self._conn.popen.pid if self._conn is not None else None
+
+    @property
+    def ready_seconds(self) -> float | None:
+        """How long the current warm process took to import the modules, once ready."""
+        return self._conn.ready_seconds if self._conn is not None else None
+
+    def start(self) -> None:
+        """Start the warm process unless one is running; returns at once (the imports go on)."""
+        with self._lock:
+            self._ensure()
+
+    def _ensure(self) -> _Connection:
+        conn = self._conn
+        if conn is not None and not conn.dead:
+            return conn
+        if conn is not None:
+            if conn.refused is not None:
+                raise WarmRefusedError(f"agent.preload: {conn.refused}")
+            code = conn.popen.wait()
+            how = f"signal {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
+            print(
+                f"rallypoint: the warm process (pid {conn.popen.pid}) ended ({how}); starting a new one "
+                f"(importing {', '.join(self.modules)} again)",
+                file=self.console or sys.stderr,
+                flush=True,
+            )
+            conn.sock.close()
+        self._conn = _Connection(self.modules, self.env, self.python, self.pdeathsig)
+        self.starts += 1
+        return self._conn
+
+    def spawn(
+        self,
+        argv: Sequence[str],
+        *,
+        env: Mapping[str, str] | None = None,
+        cwd: str | os.PathLike[str] | None = None,
+        stdout: int = 1,
+        stderr: int = 2,
+        pdeathsig: bool = True,
+    ) -> WarmProcess:
+        """Fork one worker: ``argv`` is ``[python, -u, script, ...]`` or ``[python, -u, -m, module, ...]``.
+
+        ``stdout`` and ``stderr`` are descriptors the worker gets as its 1 and 2 (the caller keeps
+        its own copies); its stdin is ``/dev/null``. ``env`` is its complete environment.
+
+        Raises:
+            WarmRefusedError: a preloaded module failed to import or made forking unsafe.
+            OSError: the worker could not be set up (e.g. no such working directory).
+            RallypointError: the warm process died before it was ready.
+        """
+        with self._lock:
+            conn = self._ensure()
+        conn.wait_ready(READY_TIMEOUT)
+        return conn.spawn(
+            argv, dict(os.environ if env is None else env), os.fspath(cwd) if cwd else None, [stdout, stderr], pdeathsig
+        )
+
+    def close(self) -> None:
+        """Stop the warm process (its workers must have been stopped before)."""
+        with self._lock:
+            conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
