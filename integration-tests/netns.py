@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Host", "HostNetwork", "NetnsUnavailable", "host_network", "leftovers", "sweep_stale"]
+__all__ = ["Host", "HostNetwork", "NetnsUnavailable", "host_network", "leftovers", "process_alive", "sweep_stale"]
 
 #: Every namespace this module creates starts with this, then the creating process id.
 PREFIX = "rpnet"
@@ -174,20 +174,34 @@ class HostNetwork:
         """Put ``host`` back on the bridge."""
         _ip("-n", self.switch, "link", "set", host.veth, "up")
 
-    def close(self) -> None:
-        """Kill every process in the hosts, delete the namespaces and their ``/etc/netns`` files."""
+    def kill(self, host: Host) -> None:
+        """SIGKILL every process on ``host`` at once, as when the host loses power (it stays usable)."""
+        _kill_namespace_processes(host.ns)
+        for proc in host.procs:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=10)
+
+    def close(self) -> set[int]:
+        """Kill every process in the hosts, delete the namespaces and their ``/etc/netns`` files.
+
+        Returns:
+            the ids of the processes killed (the caller may check that none survived).
+        """
+        killed: set[int] = set()
         for host in self.hosts:
             for proc in host.procs:
+                killed.add(proc.pid)
                 if proc.poll() is None:
                     with contextlib.suppress(ProcessLookupError):
                         proc.kill()
-            _kill_namespace_processes(host.ns)
+            killed |= _kill_namespace_processes(host.ns)
             for proc in host.procs:
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     proc.wait(timeout=10)
         for ns in [h.ns for h in self.hosts] + [self.switch]:
             _delete_namespace(ns)
         self.hosts = []
+        return killed
 
     def __enter__(self) -> HostNetwork:
         return self
@@ -205,16 +219,30 @@ def _next_serial() -> int:
     return _serial
 
 
-def _kill_namespace_processes(ns: str) -> None:
+def _kill_namespace_processes(ns: str) -> set[int]:
+    """SIGKILL every process in ``ns`` until none is left (10 s at most); the ids killed."""
+    killed: set[int] = set()
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         pids = [int(p) for p in _ip("netns", "pids", ns, check=False).stdout.split() if p.isdigit()]
+        pids = [pid for pid in pids if process_alive(pid)]  # zombies wait for their parent
         if not pids:
-            return
+            break
         for pid in pids:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+        killed.update(pids)
         time.sleep(0.05)
+    return killed
+
+
+def process_alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, dead and not yet reaped, does not)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False
+    return fields[0] not in ("Z", "X")
 
 
 def _delete_namespace(ns: str) -> None:
