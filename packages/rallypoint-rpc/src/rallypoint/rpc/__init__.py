@@ -5,6 +5,9 @@ Shaped like ``torch.distributed.rpc``: ``from rallypoint import rpc`` and the us
 may call only what is exposed (:func:`expose`, or modules in ``[rpc] allow``) and nothing
 received is unpickled. Hook specifications live in :mod:`rallypoint.rpc.hookspecs`.
 
+Distributed autograd is :mod:`rallypoint.rpc.autograd` (``context``, ``backward``,
+``get_gradients``), with :class:`DistributedOptimizer` and :class:`RemoteModule`.
+
 Importing this package is cheap (the plugin system loads it in every process); the API modules
 load on first use.
 """
@@ -17,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from rallypoint.rpc.records import RpcTransportRecord
 
 if TYPE_CHECKING:
+    from rallypoint.rpc import autograd
     from rallypoint.rpc.agent import WorkerInfo
     from rallypoint.rpc.api import (
         get_rpc_timeout,
@@ -37,7 +41,9 @@ if TYPE_CHECKING:
     )
     from rallypoint.rpc.exposure import expose
     from rallypoint.rpc.futures import Future
+    from rallypoint.rpc.optimizer import DistributedOptimizer
     from rallypoint.rpc.options import RpcOptions
+    from rallypoint.rpc.remote_module import RemoteModule
     from rallypoint.rpc.rref import RRef
 
 __all__ = [
@@ -50,6 +56,9 @@ __all__ = [
     "get_rpc_timeout",
     "expose",
     "RRef",
+    "RemoteModule",
+    "DistributedOptimizer",
+    "autograd",
     "Future",
     "WorkerInfo",
     "RpcOptions",
@@ -72,6 +81,8 @@ _WHERE = {
     "get_rpc_timeout": "api",
     "expose": "exposure",
     "RRef": "rref",
+    "RemoteModule": "remote_module",
+    "DistributedOptimizer": "optimizer",
     "Future": "futures",
     "WorkerInfo": "agent",
     "RpcOptions": "options",
@@ -85,6 +96,10 @@ _WHERE = {
 
 
 def __getattr__(name: str) -> Any:
+    if name == "autograd":
+        value = importlib.import_module("rallypoint.rpc.autograd")
+        globals()[name] = value
+        return value
     module = _WHERE.get(name)
     if module is None:
         raise AttributeError(f"module 'rallypoint.rpc' has no attribute {name!r}")

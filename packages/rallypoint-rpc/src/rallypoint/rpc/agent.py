@@ -72,7 +72,13 @@ class RpcAgent:
         self.peers: dict[str, WorkerInfo] = {}
         self.owned = OwnerTable()
         self.held = HolderTable(self._give_back)
-        self.decoder = Decoder(self.exposure, info.name, allow_pickle=allow_pickle, make_rref=self._received_rref)
+        self.decoder = Decoder(
+            self.exposure,
+            info.name,
+            allow_pickle=allow_pickle,
+            make_rref=self._received_rref,
+            on_grad=self._received_grad,
+        )
         self._ids = itertools.count()
         self._outstanding = 0
         self._pending_lock = threading.Condition()
@@ -86,6 +92,8 @@ class RpcAgent:
             "incref": self._op_incref,
             "decref": self._op_decref,
             "ping": lambda tree, bufs: None,
+            "ad_grad": self._op_autograd,
+            "ad_release": self._op_autograd,
         }
 
     # ----------------------------------------------------------------- group
@@ -259,6 +267,11 @@ class RpcAgent:
             raise SerializationError(f"{self.info.name} received an RRef owned by unknown worker {owner!r}")
         return self.make_rref(rref_id, owner)
 
+    def _received_grad(self, value: Any, tag: Any) -> Any:
+        from rallypoint.rpc.autograd import received
+
+        return received(self, value, tag)
+
     def _give_back(self, owner: str, rref_id: str, credits: int) -> None:
         if owner == self.info.name:
             self.owned.decref(rref_id, credits)
@@ -288,6 +301,11 @@ class RpcAgent:
             op = self._ops.get(str(tree.get("op")))
             if op is None:
                 raise RpcRefused(f"{self.info.name} refused an unknown operation {tree.get('op')!r} from {src}")
+            if "ad" in tree:  # sent inside a distributed autograd context: run and reply in it
+                from rallypoint.rpc.autograd import serving
+
+                with serving(self, tree["ad"], src):
+                    return self._reply(src, op(tree, bufs))
             return self._reply(src, op(tree, bufs))
         except BaseException as exc:  # noqa: BLE001 - every failure goes back to the caller
             return pack_parts(dumps_tree({"err": describe_exception(exc, self.info.name)}))
@@ -352,6 +370,12 @@ class RpcAgent:
 
     def _op_fetch(self, tree: dict[str, Any], bufs: list[Any]) -> Any:
         return self._owned_value(tree)
+
+    def _op_autograd(self, tree: dict[str, Any], bufs: list[Any]) -> None:
+        from rallypoint.rpc import autograd
+
+        grad = self.decoder.decode(tree["grad"], bufs) if "grad" in tree else None
+        autograd.handle(self, tree, grad)
 
     def _op_incref(self, tree: dict[str, Any], bufs: list[Any]) -> None:
         self.owned.incref(str(tree.get("rref")), _count(tree))

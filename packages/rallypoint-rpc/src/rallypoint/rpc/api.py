@@ -15,6 +15,7 @@ from rallypoint.rpc.agent import CURRENT_AGENT, RpcAgent, WorkerInfo
 from rallypoint.rpc.errors import RpcError
 from rallypoint.rpc.exposure import Exposure, callable_path
 from rallypoint.rpc.futures import Future
+from rallypoint.rpc.gradctx import tag
 from rallypoint.rpc.group import StoreGroup
 from rallypoint.rpc.options import RpcOptions, make_transport
 from rallypoint.rpc.rref import RRef
@@ -169,7 +170,9 @@ def rpc_async(
     peer = agent.worker(to)
     path = callable_path(func)
     values = {"args": list(args or ()), "kwargs": dict(kwargs or {})}
-    return agent.send(peer, {"op": "call", "fn": path}, values, timeout, f"{peer.name}:{path}")
+    header = {"op": "call", "fn": path}
+    tag(agent, peer.name, header)
+    return agent.send(peer, header, values, timeout, f"{peer.name}:{path}")
 
 
 def rpc_sync(
@@ -184,7 +187,9 @@ def rpc_sync(
     peer = agent.worker(to)
     path = callable_path(func)
     values = {"args": list(args or ()), "kwargs": dict(kwargs or {})}
-    result: T = agent.call(peer, {"op": "call", "fn": path}, values, timeout, f"{peer.name}:{path}")
+    header = {"op": "call", "fn": path}
+    tag(agent, peer.name, header)
+    result: T = agent.call(peer, header, values, timeout, f"{peer.name}:{path}")
     return result
 
 
@@ -199,6 +204,7 @@ def _remote_call(
 ) -> RRef[Any]:
     new_id = agent.new_rref_id()
     header.update(op="remote", new=new_id)
+    tag(agent, peer.name, header)
     creation = agent.send(peer, header, {"args": list(args or ()), "kwargs": dict(kwargs or {})}, timeout, what)
     return agent.make_rref(new_id, peer.name, creation)  # type: ignore[no-any-return]
 

@@ -10,20 +10,31 @@ resolves the path itself, and only to
 
 Methods are resolved through their class (``"mod:Counter.add"``): the class must be exposed (or
 allowed) and the method public. Names with a leading underscore are never callable remotely.
+
+Allowed on every worker without configuration: the classes and functions *defined* in
+``torch.nn`` and ``torch.optim`` (:data:`DEFAULT_ALLOW`; a name those modules merely import from
+elsewhere is not), and the exposed helpers of rallypoint's own RPC modules
+(:data:`BUILTIN_MODULES`, imported on demand), which distributed autograd, the distributed
+optimizer and remote modules call.
 """
 
 from __future__ import annotations
 
 import importlib
+import inspect
 import sys
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 from rallypoint.rpc.errors import RpcRefused, SerializationError
 
-__all__ = ["Exposure", "callable_path", "expose", "is_exposed"]
+__all__ = ["BUILTIN_MODULES", "DEFAULT_ALLOW", "Exposure", "callable_path", "default_allowed", "expose", "is_exposed"]
 
 _MARK = "__rallypoint_rpc_exposed__"
+#: Module patterns whose own public classes and functions every worker accepts.
+DEFAULT_ALLOW = ("torch.nn", "torch.optim")
+#: rallypoint modules a worker imports on demand; only their ``@expose``-d objects are callable.
+BUILTIN_MODULES = frozenset({"rallypoint.rpc.optimizer", "rallypoint.rpc.remote_module"})
 T = TypeVar("T")
 
 
@@ -76,6 +87,15 @@ def _matches(module: str, pattern: str) -> bool:
     return module == pattern or module.startswith(pattern + ".")
 
 
+def _default_module(module: Any) -> bool:
+    return isinstance(module, str) and any(_matches(module, p) for p in DEFAULT_ALLOW)
+
+
+def default_allowed(obj: Any) -> bool:
+    """Whether ``obj`` is a class or function defined in a :data:`DEFAULT_ALLOW` module."""
+    return (isinstance(obj, type) or inspect.isfunction(obj)) and _default_module(getattr(obj, "__module__", None))
+
+
 class Exposure:
     """The resolution rules of one worker (its ``allow`` patterns)."""
 
@@ -102,9 +122,12 @@ class Exposure:
         if any(p.startswith("_") for p in parts):
             raise RpcRefused(f"{worker} refused a call to {path}: names starting with '_' are never callable remotely")
         allowed = self.allowed_module(module_name)
+        by_default = not allowed and _default_module(module_name)
         module = sys.modules.get(module_name)
+        if module is None and module_name in BUILTIN_MODULES:
+            module = importlib.import_module(module_name)
         if module is None:
-            if not allowed:
+            if not (allowed or by_default):
                 raise RpcRefused(
                     f"{worker} refused a call to {path}: module {module_name} is not imported there and not in "
                     "[rpc] allow; import it before init_rpc or add it to [rpc] allow"
@@ -113,7 +136,12 @@ class Exposure:
                 module = importlib.import_module(module_name)
             except ImportError as exc:
                 raise RpcRefused(f"{worker} cannot import {module_name} for {path}: {exc}") from None
-        fn: Callable[..., Any] = self._walk(module, parts, path, allowed=allowed, worker=worker)
+        fn: Callable[..., Any] = self._walk(module, parts, path, allowed=allowed or by_default, worker=worker)
+        if by_default and not _default_module(getattr(fn, "__module__", None)):
+            raise RpcRefused(
+                f"{worker} refused a call to {path}: it is defined in {getattr(fn, '__module__', None)}, outside "
+                f"the modules allowed by default ({', '.join(DEFAULT_ALLOW)}); list its module in [rpc] allow"
+            )
         return fn
 
     def _walk(self, module: Any, parts: list[str], path: str, *, allowed: bool, worker: str) -> Any:
@@ -138,7 +166,7 @@ class Exposure:
 
     def check_class(self, cls: type, *, worker: str) -> None:
         """Refuse to rebuild an instance of ``cls`` unless it is exposed or allowed."""
-        if not (is_exposed(cls) or self.allowed_module(cls.__module__)):
+        if not (is_exposed(cls) or self.allowed_module(cls.__module__) or _default_module(cls.__module__)):
             raise RpcRefused(
                 f"{worker} refused an instance of {cls.__module__}.{cls.__qualname__}: the class is not exposed"
             )

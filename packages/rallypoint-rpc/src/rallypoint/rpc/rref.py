@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from rallypoint.rpc.errors import RpcError
 from rallypoint.rpc.futures import Future
+from rallypoint.rpc.gradctx import tag
 
 if TYPE_CHECKING:
     from rallypoint.rpc.agent import RpcAgent, WorkerInfo
@@ -104,6 +105,7 @@ class RRef(Generic[T]):
         if self.is_owner():
             return self.local_value()
         header = {"op": "fetch", "rref": self.rref_id, "pending": not self.confirmed_by_owner()}
+        tag(self._agent, self._owner.name, header)
         what = f"RRef {self.rref_id}.to_here()"
         value: T = self._agent.call(self._owner, header, {}, timeout, what)
         return value
@@ -130,6 +132,7 @@ class RRef(Generic[T]):
         if mode == "remote":
             return _remote_call(self._agent, self._owner, header, args, kwargs, timeout, what)
         header["op"] = "method"
+        tag(self._agent, self._owner.name, header)
         values = {"args": list(args), "kwargs": kwargs}
         if mode == "sync":
             return self._agent.call(self._owner, header, values, timeout, what)

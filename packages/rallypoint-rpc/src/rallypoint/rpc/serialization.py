@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rallypoint.rpc.errors import RpcRefused, SerializationError
-from rallypoint.rpc.exposure import Exposure, callable_path, is_exposed
+from rallypoint.rpc.exposure import Exposure, callable_path, default_allowed, is_exposed
 
 __all__ = ["Decoder", "Encoded", "Encoder", "MAX_DEPTH", "TENSOR_DTYPES"]
 
@@ -93,7 +93,7 @@ class Encoder:
         if isinstance(v, RRef):
             self.out.rrefs.append(v)
             return {"$": "rref", "id": v.rref_id, "owner": v.owner_name()}
-        if callable(v) and is_exposed(v):
+        if callable(v) and (is_exposed(v) or default_allowed(v)):
             return {"$": "fn", "path": callable_path(v)}
         if is_exposed(type(v)):
             state = v.__getstate__()
@@ -109,6 +109,15 @@ class Encoder:
         import torch
 
         requires_grad = bool(t.requires_grad)
+        tag = None
+        if requires_grad:
+            from rallypoint.rpc.gradctx import current
+
+            active = current()
+            if active is not None:  # inside a distributed autograd context: the sender keeps it for backward
+                from rallypoint.rpc.autograd import record_sent
+
+                tag = record_sent(active, t)
         if t.device.type != "cpu":
             t = t.cpu()
         if not t.is_contiguous():
@@ -118,7 +127,7 @@ class Encoder:
         if dtype not in TENSOR_DTYPES:
             raise SerializationError(f"tensors of dtype {dtype} cannot travel; supported: {', '.join(TENSOR_DTYPES)}")
         raw = t.reshape(-1).view(torch.uint8).numpy() if t.numel() else b""
-        return {
+        out = {
             "$": "tensor",
             "dtype": dtype,
             "shape": list(t.shape),
@@ -126,6 +135,9 @@ class Encoder:
             "requires_grad": requires_grad,
             "b": self._buffer(memoryview(raw) if t.numel() else b""),
         }
+        if tag is not None:
+            out["ad"] = tag
+        return out
 
 
 class Decoder:
@@ -136,6 +148,8 @@ class Decoder:
         worker: this worker's name (for errors).
         allow_pickle: whether ``pickle`` leaves are accepted (``serializer = "pickle"``).
         make_rref: builds the local RRef for ``(rref_id, owner_name)``.
+        on_grad: ``on_grad(tensor, tag)`` for a tensor recorded in a distributed autograd
+            context by its sender (its ``ad`` tag): returns the tensor to use (a recv node).
     """
 
     def __init__(
@@ -145,11 +159,13 @@ class Decoder:
         *,
         allow_pickle: bool = False,
         make_rref: Callable[[str, str], Any] | None = None,
+        on_grad: Callable[[Any, Any], Any] | None = None,
     ) -> None:
         self.exposure = exposure
         self.worker = worker
         self.allow_pickle = allow_pickle
         self.make_rref = make_rref
+        self.on_grad = on_grad
 
     def decode(self, tree: Any, buffers: list[Any]) -> Any:
         """The value of ``tree``. Raises :class:`RpcRefused` or :class:`SerializationError`."""
@@ -210,6 +226,13 @@ class Decoder:
             raise SerializationError(f"cannot restore a {cls.__qualname__} from its state")
         return obj
 
+    def _grad(self, out: Any, v: dict[str, Any]) -> Any:
+        if "ad" in v and self.on_grad is not None:
+            return self.on_grad(out, v["ad"])
+        if v.get("requires_grad") is True:
+            out.requires_grad_(True)
+        return out
+
     def _rref(self, v: dict[str, Any]) -> Any:
         rref_id, owner = v.get("id"), v.get("owner")
         if not isinstance(rref_id, str) or not isinstance(owner, str) or self.make_rref is None:
@@ -266,8 +289,6 @@ def _tensor(v: dict[str, Any], bufs: list[Any]) -> Any:
     owned = data if isinstance(data, memoryview) and not data.readonly else bytearray(data)
     flat = torch.frombuffer(owned, dtype=torch.uint8).view(torch_dtype)
     out = flat.as_strided(shape, strides)
-    if v.get("requires_grad") is True:
-        out.requires_grad_(True)
     return out
 
 
@@ -288,7 +309,7 @@ _SIMPLE: dict[str, Callable[[Decoder, dict[str, Any], list[Any], int], Any]] = {
     "bytearray": lambda d, v, b, n: bytearray(_buf(b, v)),
     "float": lambda d, v, b, n: _float(v.get("v")),
     "complex": lambda d, v, b, n: _complex(v),
-    "tensor": lambda d, v, b, n: _tensor(v, b),
+    "tensor": lambda d, v, b, n: d._grad(_tensor(v, b), v),
     "rref": lambda d, v, b, n: d._rref(v),
     "fn": lambda d, v, b, n: d.exposure.resolve(str(v.get("path")), worker=d.worker),
     "obj": lambda d, v, b, n: d._object(v, b, n),

@@ -1,0 +1,381 @@
+"""Distributed autograd: ``backward`` across the workers that an RPC-using forward pass went through.
+
+Shaped like ``torch.distributed.autograd``::
+
+    from rallypoint.rpc import autograd as dist_autograd
+
+    with dist_autograd.context() as ctx_id:
+        loss = model_rref.rpc_sync().forward(x).sum()
+        dist_autograd.backward(ctx_id, [loss])
+        grads = dist_autograd.get_gradients(ctx_id)  # this worker's share, keyed by tensor
+
+How it works. Every RPC sent inside a context carries the context's id. A tensor that requires
+grad and travels in such a message (an argument or a result) is *recorded* by its sender (kept,
+with its graph, under a send id) and arrives wrapped in a *recv* node: a differentiable
+identity whose backward sends the gradient back to the sender, where the backward pass resumes
+from the recorded tensor. Gradients that reach leaves are added to the context's gradients on
+the leaf's worker, never to ``.grad``, so concurrent contexts (trainers) never mix.
+A gradient message is answered only once the backward pass it started has finished on every
+worker it reached, so :func:`backward` returns when the whole pass is done. Contexts are
+released on every worker they reached when ``with context()`` exits, and when a backward pass
+fails (a worker died: the error names it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import threading
+import weakref
+from collections import OrderedDict
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import torch
+
+from rallypoint.rpc.errors import RpcError, SerializationError
+from rallypoint.rpc.gradctx import ACTIVE, Active
+
+__all__ = ["backward", "context", "get_gradients"]
+
+_RELEASED_KEPT = 65536  # ids of released contexts remembered per worker (late messages are refused)
+_MARK = "_rallypoint_recv_anchor"
+_LOCAL = threading.local()  # .pending: futures of the gradient messages sent by the backward pass running here
+
+
+class DistContext:
+    """One worker's share of a distributed autograd context.
+
+    Attributes:
+        id: the context's id (unique in the group: the origin's rank in the high bits).
+        grads: gradients of this worker's leaves, keyed by the leaf tensor.
+        sends: tensors this worker sent in the context, by send id (their graphs stay alive).
+        peers: workers this worker exchanged messages with in the context (released with it).
+    """
+
+    def __init__(self, agent: Any, ctx_id: int) -> None:
+        self.id = ctx_id
+        self.agent = agent
+        self.lock = threading.Lock()
+        self.grads: dict[torch.Tensor, torch.Tensor] = {}
+        self.sends: dict[int, torch.Tensor] = {}
+        self.peers: set[str] = set()
+        self._send_ids = itertools.count()
+        # the input of every recv node: makes the node part of the graph that reaches the leaves
+        self.anchor = torch.empty(0, requires_grad=True)
+        setattr(self.anchor, _MARK, True)
+
+    def add_peer(self, name: str) -> None:
+        """Note a worker this context was sent to (or came from)."""
+        if name != self.agent.info.name:
+            with self.lock:
+                self.peers.add(name)
+
+    def record_send(self, tensor: torch.Tensor) -> int:
+        """Keep a tensor being sent; returns its send id."""
+        send_id = next(self._send_ids)
+        with self.lock:
+            self.sends[send_id] = tensor
+        return send_id
+
+    def accumulate(self, leaf: torch.Tensor, grad: torch.Tensor) -> None:
+        """Add ``grad`` to the leaf's gradient in this context."""
+        with self.lock:
+            previous = self.grads.get(leaf)
+            self.grads[leaf] = grad if previous is None else previous + grad
+
+
+class ContextTable:
+    """The contexts one worker takes part in."""
+
+    def __init__(self, agent: Any) -> None:
+        self.agent = agent
+        self._lock = threading.Lock()
+        self._contexts: dict[int, DistContext] = {}
+        self._released: OrderedDict[int, None] = OrderedDict()
+        self._counter = itertools.count()
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._contexts)
+
+    def ids(self) -> list[int]:
+        """The ids of the contexts alive here."""
+        with self._lock:
+            return list(self._contexts)
+
+    def new(self) -> DistContext:
+        """A fresh context started by this worker."""
+        ctx_id = (self.agent.info.id << 40) | next(self._counter)
+        with self._lock:
+            ctx = self._contexts[ctx_id] = DistContext(self.agent, ctx_id)
+        return ctx
+
+    def join(self, ctx_id: Any, src: str) -> DistContext:
+        """The context of a received message (created on its first message here)."""
+        if not isinstance(ctx_id, int) or isinstance(ctx_id, bool) or not 0 <= ctx_id < 1 << 62:
+            raise SerializationError(f"malformed autograd context id received by {self.agent.info.name}")
+        with self._lock:
+            ctx = self._contexts.get(ctx_id)
+            if ctx is None:
+                if ctx_id in self._released:
+                    raise RpcError(
+                        f"distributed autograd context {ctx_id} was already released on {self.agent.info.name}; "
+                        "send calls of a context only inside its `with context()` block"
+                    )
+                ctx = self._contexts[ctx_id] = DistContext(self.agent, ctx_id)
+        ctx.add_peer(src)
+        return ctx
+
+    def get(self, ctx_id: int) -> DistContext:
+        """A context alive here.
+
+        Raises:
+            RpcError: unknown here, or already released.
+        """
+        with self._lock:
+            ctx = self._contexts.get(ctx_id)
+            released = ctx_id in self._released
+        if ctx is None:
+            state = "was released" if released else "is unknown"
+            raise RpcError(f"distributed autograd context {ctx_id} {state} on {self.agent.info.name}")
+        return ctx
+
+    def release(self, ctx_id: int, src: str | None) -> None:
+        """Drop a context here and tell the workers it reached (except ``src``, who told us)."""
+        with self._lock:
+            ctx = self._contexts.pop(ctx_id, None)
+            self._released[ctx_id] = None
+            while len(self._released) > _RELEASED_KEPT:
+                self._released.popitem(last=False)
+        if ctx is None:
+            return
+        with ctx.lock:
+            peers = sorted(ctx.peers - {src or ""})
+            ctx.sends.clear()
+            ctx.grads.clear()
+        for name in peers:
+            # fire and forget: a dead peer has nothing left to release
+            with contextlib.suppress(RpcError, ValueError):
+                peer = self.agent.worker(name)
+                fut = self.agent.send(peer, {"op": "ad_release", "ctx": ctx_id}, {}, None, f"release context {ctx_id}")
+                fut._add_callback(lambda f: f.exception())
+
+
+_TABLES: weakref.WeakKeyDictionary[Any, ContextTable] = weakref.WeakKeyDictionary()
+_TABLES_LOCK = threading.Lock()
+
+
+def table(agent: Any) -> ContextTable:
+    """The context table of ``agent``."""
+    with _TABLES_LOCK:
+        found = _TABLES.get(agent)
+        if found is None:
+            found = _TABLES[agent] = ContextTable(agent)
+        return found
+
+
+def _agent() -> Any:
+    from rallypoint.rpc.api import current_agent
+
+    return current_agent()
+
+
+# ------------------------------------------------------------------------------------------ API
+@contextlib.contextmanager
+def context() -> Iterator[int]:
+    """Start a distributed autograd context; yields its id.
+
+    RPCs sent in the block (and the calls they make in turn) record the tensors requiring grad
+    that they carry. On exit the context is released on every worker it reached.
+    """
+    agent = _agent()
+    contexts = table(agent)
+    ctx = contexts.new()
+    token = ACTIVE.set(Active(agent, ctx))
+    try:
+        yield ctx.id
+    finally:
+        ACTIVE.reset(token)
+        contexts.release(ctx.id, None)
+
+
+def get_gradients(context_id: int) -> dict[torch.Tensor, torch.Tensor]:
+    """The gradients this worker holds in a context: ``{leaf tensor: gradient}`` (a copy of the mapping).
+
+    Raises:
+        RpcError: the context is unknown on this worker, or released.
+    """
+    ctx = table(_agent()).get(context_id)
+    with ctx.lock:
+        return dict(ctx.grads)
+
+
+def backward(context_id: int, roots: Sequence[torch.Tensor], retain_graph: bool = False) -> None:
+    """Run the backward pass from ``roots`` (scalars) across every worker the context reached.
+
+    Returns once the gradients are in the context on every worker (see :func:`get_gradients`).
+    Graphs stay alive until the context exits (``retain_graph`` is accepted for torch
+    compatibility: backward may run again in the same context).
+
+    Raises:
+        ValueError: a root is not a scalar that requires grad.
+        RpcError: the context is unknown here; a worker failed during the pass (the error names
+            it, and the context is released on every worker).
+    """
+    del retain_graph
+    agent = _agent()
+    contexts = table(agent)
+    ctx = contexts.get(context_id)
+    tensors = list(roots)
+    for root in tensors:
+        if not isinstance(root, torch.Tensor) or root.numel() != 1 or not root.requires_grad:
+            raise ValueError("backward roots must be scalar tensors that require grad (a loss)")
+    try:
+        run_backward(ctx, tensors, [torch.ones_like(root) for root in tensors])
+    except BaseException:
+        contexts.release(context_id, None)
+        raise
+
+
+# ------------------------------------------------------------------------------------ machinery
+def run_backward(ctx: DistContext, roots: list[torch.Tensor], grads: list[torch.Tensor]) -> None:
+    """Backward from ``roots`` on this worker; returns when every gradient message it sent is done."""
+    outputs, grad_outputs = [], []
+    for root, grad in zip(roots, grads, strict=True):
+        if root.grad_fn is None:
+            if root.requires_grad:  # a leaf sent as such: its gradient is the one that came back
+                ctx.accumulate(root, grad)
+            continue
+        outputs.append(root)
+        grad_outputs.append(grad)
+    if not outputs:
+        return
+    leaves = _leaves(outputs)
+    pending: list[tuple[str, Any]] = []
+    previous = getattr(_LOCAL, "pending", None)
+    _LOCAL.pending = pending
+    try:
+        computed = torch.autograd.grad(outputs, leaves, grad_outputs, retain_graph=True, allow_unused=True)
+    finally:
+        _LOCAL.pending = previous
+        error = _wait_all(pending)
+    if error is not None:
+        raise error
+    for leaf, grad in zip(leaves, computed, strict=True):
+        if grad is not None and not getattr(leaf, _MARK, False):
+            ctx.accumulate(leaf, grad)
+
+
+def _wait_all(pending: list[tuple[str, Any]]) -> BaseException | None:
+    first: BaseException | None = None
+    for _, fut in pending:
+        try:
+            fut.wait()
+        except BaseException as exc:  # noqa: BLE001 - the first failure is raised once all are done
+            first = first or exc
+    return first
+
+
+def _leaves(outputs: list[torch.Tensor]) -> list[torch.Tensor]:
+    """The leaves (and recv anchors) that ``outputs`` depend on, each once."""
+    seen: set[int] = set()
+    found: dict[int, torch.Tensor] = {}
+    stack = [t.grad_fn for t in outputs if t.grad_fn is not None]
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        variable = getattr(node, "variable", None)
+        if isinstance(variable, torch.Tensor):
+            found.setdefault(id(variable), variable)
+            continue
+        stack.extend(nxt for nxt, _ in node.next_functions if nxt is not None)
+    return list(found.values())
+
+
+class _Recv(torch.autograd.Function):
+    """A received tensor: identity forward; backward sends the gradient back to the sender."""
+
+    @staticmethod
+    def forward(fctx: Any, anchor: torch.Tensor, value: torch.Tensor, route: Any) -> torch.Tensor:
+        fctx.route = route
+        return value.view_as(value)
+
+    @staticmethod
+    def backward(fctx: Any, grad: torch.Tensor) -> tuple[None, None, None]:
+        ctx, sender, send_id = fctx.route
+        _send_gradient(ctx, sender, send_id, grad)
+        return None, None, None
+
+
+def _send_gradient(ctx: DistContext, sender: str, send_id: int, grad: torch.Tensor) -> None:
+    agent = ctx.agent
+    peer = agent.worker(sender)
+    header = {"op": "ad_grad", "ctx": ctx.id, "send": send_id}
+    values = {"grad": grad.contiguous()}
+    what = f"backward of context {ctx.id} (gradient to {sender})"
+    pending = getattr(_LOCAL, "pending", None)
+    if pending is None:  # run by a thread of the autograd engine: wait here
+        agent.call(peer, header, values, 0, what)
+    else:
+        pending.append((sender, agent.send(peer, header, values, 0, what)))
+
+
+# ------------------------------------------------------------------------ hooks of the agent
+def record_sent(active: Active, tensor: torch.Tensor) -> list[Any]:
+    """The encoder sends ``tensor`` (it requires grad) in the active context: its ``ad`` tag."""
+    ctx: DistContext = active.context
+    return [ctx.id, active.agent.info.name, ctx.record_send(tensor)]
+
+
+def received(agent: Any, value: torch.Tensor, tag: Any) -> torch.Tensor:
+    """A tensor received with an ``ad`` tag: wrapped in a recv node of its context."""
+    if (
+        not isinstance(tag, list)
+        or len(tag) != 3
+        or not isinstance(tag[1], str)
+        or not isinstance(tag[2], int)
+        or isinstance(tag[2], bool)
+    ):
+        raise SerializationError(f"malformed autograd tag received by {agent.info.name}")
+    ctx_id, sender, send_id = tag
+    if sender not in agent.peers:
+        raise SerializationError(f"{agent.info.name} received a tensor recorded by unknown worker {sender!r}")
+    ctx = table(agent).join(ctx_id, sender)
+    out: torch.Tensor = _Recv.apply(ctx.anchor, value, (ctx, sender, send_id))  # type: ignore[no-untyped-call]
+    return out
+
+
+@contextlib.contextmanager
+def serving(agent: Any, ctx_id: Any, src: str) -> Iterator[None]:
+    """Run a received call inside its context (its replies and calls are recorded there)."""
+    ctx = table(agent).join(ctx_id, src)
+    token = ACTIVE.set(Active(agent, ctx))
+    try:
+        yield
+    finally:
+        ACTIVE.reset(token)
+
+
+def handle(agent: Any, tree: dict[str, Any], grad: Any) -> None:
+    """Run an ``ad_grad`` (resume the backward pass here) or ``ad_release`` message."""
+    contexts = table(agent)
+    ctx_id = tree.get("ctx")
+    if not isinstance(ctx_id, int) or isinstance(ctx_id, bool):
+        raise SerializationError(f"malformed autograd message received by {agent.info.name}")
+    if tree.get("op") == "ad_release":
+        contexts.release(ctx_id, str(tree.get("src")))
+        return
+    ctx = contexts.get(ctx_id)
+    send_id = tree.get("send")
+    with ctx.lock:
+        sent = ctx.sends.get(send_id) if isinstance(send_id, int) else None
+    if sent is None or not isinstance(grad, torch.Tensor) or grad.shape != sent.shape:
+        raise SerializationError(f"gradient for unknown tensor {send_id!r} of context {ctx_id} on {agent.info.name}")
+    try:
+        run_backward(ctx, [sent], [grad.to(device=sent.device, dtype=sent.dtype)])
+    except BaseException:
+        contexts.release(ctx_id, None)
+        raise

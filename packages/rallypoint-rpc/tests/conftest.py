@@ -1,0 +1,97 @@
+"""Several RPC agents in one process over an in-memory transport (no gRPC in this test process).
+
+Frames are joined into bytes and run by the callee's handler on its own thread pool, as a real
+transport would; :meth:`LocalTransport.kill` makes a worker unreachable (its calls fail as a dead
+peer's do).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+
+from rallypoint.rpc.agent import RpcAgent, WorkerInfo
+from rallypoint.rpc.exposure import Exposure
+from rallypoint.rpc.transport import TransportUnavailable
+
+_SERVERS: dict[str, LocalTransport] = {}
+_PORTS = itertools.count()
+
+
+class LocalTransport:
+    """An in-memory transport: ``local:N`` addresses, one thread pool per worker."""
+
+    def __init__(self, threads: int = 8) -> None:
+        self.address = f"local:{next(_PORTS)}"
+        self.pool = ThreadPoolExecutor(threads, thread_name_prefix=self.address)
+        self.handler: Any = None
+        self.dead = False
+
+    def serve(self, handler: Any, host: str) -> str:
+        self.handler = handler
+        _SERVERS[self.address] = self
+        return self.address
+
+    def _target(self, address: str) -> LocalTransport:
+        target = _SERVERS.get(address)
+        if target is None or target.dead or self.dead:
+            raise TransportUnavailable(f"{address} is not reachable")
+        return target
+
+    def call(self, address: str, frame: list[Any], timeout: float | None, reply: Any) -> None:
+        try:
+            target = self._target(address)
+            data = b"".join(bytes(p) for p in frame)
+            fut = target.pool.submit(target.handler, data)
+        except (TransportUnavailable, RuntimeError) as exc:
+            reply(None, exc if isinstance(exc, TransportUnavailable) else TransportUnavailable(str(exc)))
+            return
+
+        def done(f: Any) -> None:
+            if self._reply_dead(address):
+                reply(None, TransportUnavailable(f"{address} died during the call"))
+            else:
+                reply(bytearray(b"".join(bytes(p) for p in f.result())), None)
+
+        fut.add_done_callback(done)
+
+    def _reply_dead(self, address: str) -> bool:
+        target = _SERVERS.get(address)
+        return target is None or target.dead
+
+    def kill(self) -> None:
+        """The worker dies: every call to or from it fails from now on."""
+        self.dead = True
+
+    def close(self) -> None:
+        _SERVERS.pop(self.address, None)
+        self.pool.shutdown(wait=False)
+
+
+@contextlib.contextmanager
+def local_group(count: int = 3, *, allow: tuple[str, ...] = ()) -> Iterator[list[RpcAgent]]:
+    """``count`` agents named ``w0``... over :class:`LocalTransport`."""
+    agents = []
+    for rank in range(count):
+        agent = RpcAgent(WorkerInfo(f"w{rank}", rank), LocalTransport(), exposure=Exposure(allow), timeout=30)
+        agent.serve("local")
+        agents.append(agent)
+    for agent in agents:
+        agent.set_peers([a.info for a in agents])
+    try:
+        yield agents
+    finally:
+        for agent in agents:
+            agent.close()
+
+
+@pytest.fixture
+def group() -> Iterator[list[RpcAgent]]:
+    """Three agents ``w0``, ``w1``, ``w2`` over the in-memory transport."""
+    with local_group(3) as agents:
+        yield agents

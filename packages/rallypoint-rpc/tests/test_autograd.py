@@ -1,0 +1,199 @@
+"""Distributed autograd, the distributed optimizer and remote modules, over an in-memory transport."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+
+from rallypoint import rpc
+from rallypoint.rpc import autograd as dist_autograd
+from rallypoint.rpc.agent import RpcAgent
+from rallypoint.rpc.api import use_agent
+
+
+@rpc.expose
+def linear(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    return x @ w
+
+
+@rpc.expose
+def relay(to: str, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """Called on one worker, calls ``linear`` on another: the context follows nested calls."""
+    return rpc.rpc_sync(to, linear, args=(torch.tanh(x), w)) * 2
+
+
+@rpc.expose
+def owned_weight(shape: list[int], seed: int) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, generator=gen).requires_grad_()
+
+
+@rpc.expose
+def scale_by_owned(w_ref: rpc.RRef[torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+    return x * w_ref.local_value()
+
+
+@rpc.expose
+def gradients_here(ctx_id: int, w_ref: rpc.RRef[torch.Tensor]) -> Any:
+    grads = dist_autograd.get_gradients(ctx_id)
+    return grads.get(w_ref.local_value())
+
+
+def _wait_for(condition: Callable[[], bool], what: str, seconds: float = 10.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.01)
+
+
+def test_backward_reaches_tensors_sent_to_another_worker(group: list[RpcAgent]) -> None:
+    with use_agent(group[0]):
+        x = torch.randn(3, 4, requires_grad=True)
+        w = torch.randn(4, 2, requires_grad=True)
+        with dist_autograd.context() as ctx_id:
+            out = rpc.rpc_sync("w1", linear, args=(x, w))
+            loss = (out**2).sum()
+            dist_autograd.backward(ctx_id, [loss])
+            grads = dist_autograd.get_gradients(ctx_id)
+        ref_x, ref_w = x.detach().clone().requires_grad_(), w.detach().clone().requires_grad_()
+        ((ref_x @ ref_w) ** 2).sum().backward()
+        torch.testing.assert_close(grads[x], ref_x.grad)
+        torch.testing.assert_close(grads[w], ref_w.grad)
+        assert x.grad is None  # never in .grad
+        assert w.grad is None
+
+
+def test_nested_calls_and_remote_leaves(group: list[RpcAgent]) -> None:
+    """w0 -> w1 (tanh, then calls w2) -> w2 (matmul with a weight owned by w2); leaves on w0 and w2."""
+    with use_agent(group[0]):
+        w_ref = rpc.remote("w2", owned_weight, args=([4, 2], 7))
+        x = torch.randn(3, 4, requires_grad=True)
+        with dist_autograd.context() as ctx_id:
+            mid = rpc.rpc_sync("w1", relay, args=("w2", x, torch.ones(4, 2)))
+            other = rpc.rpc_sync("w2", scale_by_owned, args=(w_ref, torch.ones(4, 2)))
+            loss = mid.sum() + other.pow(2).sum() + x.sum()
+            dist_autograd.backward(ctx_id, [loss])
+            gx = dist_autograd.get_gradients(ctx_id)[x]
+            gw = rpc.rpc_sync("w2", gradients_here, args=(ctx_id, w_ref))
+        _wait_for(lambda: all(len(dist_autograd.table(a)) == 0 for a in group), "contexts released everywhere")
+        w = w_ref.to_here().detach().requires_grad_()
+        rx = x.detach().clone().requires_grad_()
+        ((torch.tanh(rx) @ torch.ones(4, 2)) * 2).sum().add((torch.ones(4, 2) * w).pow(2).sum()).add(
+            rx.sum()
+        ).backward()
+        torch.testing.assert_close(gx, rx.grad)
+        torch.testing.assert_close(gw, 2 * w.detach())  # d/dw sum((1 * w)^2), on w2
+
+
+def test_remote_modules_and_the_distributed_optimizer_match_local_training(group: list[RpcAgent]) -> None:
+    torch.manual_seed(0)
+    data = [(torch.randn(8, 4), torch.randn(8, 2)) for _ in range(3)]
+    with use_agent(group[0]):
+        stage1 = rpc.RemoteModule("w1", torch.nn.Linear, args=(4, 3))
+        stage2 = rpc.RemoteModule("w2/cpu", torch.nn.Linear, kwargs={"in_features": 3, "out_features": 2})
+        params = stage1.remote_parameters() + stage2.remote_parameters()
+        assert [p.owner_name() for p in params] == ["w1", "w1", "w2", "w2"]
+        local1, local2 = torch.nn.Linear(4, 3), torch.nn.Linear(3, 2)
+        with torch.no_grad():
+            for mine, theirs in zip([*local1.parameters(), *local2.parameters()], params, strict=True):
+                mine.copy_(theirs.to_here())
+        opt = rpc.DistributedOptimizer(torch.optim.SGD, params, lr=0.1, momentum=0.5)
+        local_opt = torch.optim.SGD([*local1.parameters(), *local2.parameters()], lr=0.1, momentum=0.5)
+        for x, y in data:
+            with dist_autograd.context() as ctx_id:
+                out = stage2(torch.relu(stage1(x)))
+                dist_autograd.backward(ctx_id, [torch.nn.functional.mse_loss(out, y)])
+                opt.step(ctx_id)
+            local_opt.zero_grad()
+            torch.nn.functional.mse_loss(local2(torch.relu(local1(x))), y).backward()
+            local_opt.step()
+        for mine, theirs in zip([*local1.parameters(), *local2.parameters()], params, strict=True):
+            torch.testing.assert_close(theirs.to_here(), mine.detach(), atol=1e-6, rtol=0)
+            assert theirs.to_here().grad is None  # the owners' .grad was never left set
+
+
+@rpc.expose
+class Accumulator:
+    """A shared weight on its owner; trainers' contexts must not mix."""
+
+    def __init__(self) -> None:
+        self.w = torch.ones(3, requires_grad=True)
+        self.entered = threading.Barrier(2, timeout=10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.entered.wait()  # both trainers are inside their contexts at once
+        return self.w * x
+
+    def grad_in(self, ctx_id: int) -> torch.Tensor:
+        return dist_autograd.get_gradients(ctx_id)[self.w]
+
+
+@rpc.expose
+def train_once(acc: rpc.RRef[Accumulator], scale: float) -> list[float]:
+    with dist_autograd.context() as ctx_id:
+        out = acc.rpc_sync().forward(torch.full((3,), scale))
+        dist_autograd.backward(ctx_id, [out.sum()])
+        grad: torch.Tensor = acc.rpc_sync().grad_in(ctx_id)
+        return grad.tolist()
+
+
+def test_concurrent_contexts_keep_their_own_gradients(group: list[RpcAgent]) -> None:
+    with use_agent(group[0]):
+        acc = rpc.remote("w0", Accumulator)
+        futs = [rpc.rpc_async("w1", train_once, args=(acc, 2.0)), rpc.rpc_async("w2", train_once, args=(acc, 5.0))]
+        assert [f.wait() for f in futs] == [[2.0] * 3, [5.0] * 3]
+        assert acc.to_here().w.grad is None
+
+
+@rpc.expose
+def exit_worker(x: torch.Tensor) -> torch.Tensor:
+    return x * 3
+
+
+def test_a_worker_dying_mid_backward_fails_the_pass_naming_it_and_releases_the_context(
+    group: list[RpcAgent],
+) -> None:
+    with use_agent(group[0]):
+        x = torch.randn(2, requires_grad=True)
+        with dist_autograd.context() as ctx_id:
+            mid = rpc.rpc_sync("w1", exit_worker, args=(x,))
+            out = rpc.rpc_sync("w2", exit_worker, args=(mid,))
+            assert {len(dist_autograd.table(a)) for a in group} == {1}
+            group[2].transport.kill()  # type: ignore[attr-defined]
+            with pytest.raises(rpc.WorkerUnavailable, match="w2"):
+                dist_autograd.backward(ctx_id, [out.sum()])
+        _wait_for(lambda: len(dist_autograd.table(group[0])) + len(dist_autograd.table(group[1])) == 0, "release")
+        with pytest.raises(rpc.RpcError, match="was released on w0"):
+            dist_autograd.get_gradients(ctx_id)
+
+
+def test_contexts_are_released_on_every_worker_and_late_calls_are_refused(group: list[RpcAgent]) -> None:
+    with use_agent(group[0]):
+        with dist_autograd.context() as ctx_id:
+            rpc.rpc_sync("w1", relay, args=("w2", torch.ones(2, 2, requires_grad=True), torch.ones(2, 2)))
+            assert [dist_autograd.table(a).ids() for a in group] == [[ctx_id]] * 3
+        _wait_for(lambda: all(len(dist_autograd.table(a)) == 0 for a in group), "contexts released everywhere")
+        with pytest.raises(rpc.RpcError, match="unknown on w0"):
+            dist_autograd.get_gradients(ctx_id + 1)
+        header = {"op": "call", "fn": "no.such:function", "ad": ctx_id}
+        with pytest.raises(rpc.RpcError, match=f"context {ctx_id} was already released on w1"):
+            group[0].call(group[1].info, header, {"args": [], "kwargs": {}}, 5, "late call")
+        with pytest.raises(ValueError, match="scalar"), dist_autograd.context() as ctx_id:
+            dist_autograd.backward(ctx_id, [torch.ones(2, requires_grad=True)])
+
+
+def test_torch_nn_and_optim_are_allowed_by_default_but_not_names_they_import(group: list[RpcAgent]) -> None:
+    with use_agent(group[0]):
+        layer = rpc.remote("w1", torch.nn.Linear, args=(2, 1))
+        assert layer.rpc_sync().forward(torch.ones(1, 2)).shape == (1, 1)
+        assert rpc.rpc_sync("w1", torch.nn.functional.softmax, args=(torch.zeros(2), 0)).tolist() == [0.5, 0.5]
+        with pytest.raises(rpc.RpcRefused, match="outside the modules allowed by default"):
+            group[0].call(group[1].info, {"op": "call", "fn": "torch.nn.functional:has_torch_function"}, {}, 5, "x")
+        with pytest.raises(rpc.RpcRefused, match="not exposed"):
+            group[0].call(group[1].info, {"op": "call", "fn": "torch.serialization:load"}, {}, 5, "x")
