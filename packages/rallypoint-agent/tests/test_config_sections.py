@@ -151,8 +151,9 @@ def test_env_values_are_read_as_toml_values() -> None:
         ),
         (
             "[agent]\ncolour = true\n",
-            "job.toml: agent.colour: unknown key 'colour' in [agent] (known keys: exit_barrier_timeout, "
-            "log_dir, max_restarts, monitor_interval, store_head_start, tee)",
+            "job.toml: agent.colour: unknown key 'colour' in [agent] (known keys: "
+            + ", ".join(sorted(AgentSection.model_fields))
+            + ")",
         ),
         ('[nodes]\nmax = "four"\n', "job.toml: nodes.max: expected an integer, got 'four'"),
         ("[nodes]\nmin = 2.5\n", "job.toml: nodes.min: expected an integer, got 2.5"),

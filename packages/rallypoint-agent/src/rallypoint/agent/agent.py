@@ -114,7 +114,7 @@ class AgentSettings:
         worker_env: extra variables for every worker (collectives backend, ``[job] env``...).
         strategy: the rank strategy's record (or a strategy object); ``None`` for the default.
         strategy_options: the validated ``[ranks.options]`` (the record's options model).
-        stop_grace: seconds between SIGTERM and SIGKILL when stopping workers.
+        stop_grace: seconds between SIGTERM and SIGKILL when stopping workers; ``signals``: those it handles.
         cwd: the workers' working directory.
         watchdog: the watchdog timer backend's record (``[timer] watchdog``), or ``None`` for off.
         watchdog_options: its validated ``[timer.options]`` (the record's options model).
@@ -136,6 +136,7 @@ class AgentSettings:
     strategy: RankStrategyRecord | RankStrategy | None = None
     strategy_options: BaseModel | None = None
     stop_grace: float = 30.0
+    signals: tuple[int, ...] = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
     cwd: str | None = None
     watchdog: BackendRecord | None = None
     watchdog_options: BaseModel | None = None
@@ -594,7 +595,7 @@ class ElasticAgent:
             raise AgentSignal(signum)
 
         previous = {}
-        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        for sig in self.settings.signals:
             previous[sig] = signal.signal(sig, handle)
 
         def restore() -> None:

@@ -13,15 +13,19 @@ are applied over the file (and over ``RALLYPOINT_*`` variables), like ``--set KE
 from __future__ import annotations
 
 import os
-import re
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
 
+from rallypoint.agent.torchrun_flags import torchrun_options
 from rallypoint.core.errors import ConfigError, ConfigIssue
 
 if TYPE_CHECKING:
+    from rallypoint.agent.agent import AgentSettings
+    from rallypoint.agent.config import AgentSection
+    from rallypoint.agent.plan import JobPlan
     from rallypoint.core.config import ResolvedConfig
     from rallypoint.core.plugins import RallypointPluginManager
     from rallypoint.rendezvous.backend import RendezvousBackend
@@ -29,47 +33,6 @@ if TYPE_CHECKING:
 __all__ = ["run", "status"]
 
 _FLAG = "(command line)"
-
-
-def _nnodes(value: str) -> tuple[int, int]:
-    m = re.fullmatch(r"\s*([0-9]{1,9})\s*(?::\s*([0-9]{1,9})\s*)?", value)
-    if not m:
-        shown = repr(value) if len(value) <= 40 else repr(value[:37]) + "..."
-        raise ConfigError([ConfigIssue(f"--nnodes {_FLAG}", "nodes", f"expected N or MIN:MAX, got {shown}")])
-    low = int(m.group(1))
-    high = int(m.group(2)) if m.group(2) else low
-    return low, high
-
-
-def _overrides(**flags: Any) -> list[tuple[str, Any, str]]:
-    out: list[tuple[str, Any, str]] = []
-
-    def add(key: str, value: Any, flag: str) -> None:
-        out.append((key, value, f"{flag} {_FLAG}"))
-
-    if flags["standalone"]:
-        add("rendezvous.backend", "memory", "--standalone")
-        add("nodes.min", 1, "--standalone")
-        add("nodes.max", 1, "--standalone")
-    if flags["nproc_per_node"] is not None:
-        add("nodes.nproc_per_node", flags["nproc_per_node"], "--nproc-per-node")  # [nodes] reads the text
-    if flags["nnodes"] is not None:
-        low, high = _nnodes(flags["nnodes"])
-        add("nodes.min", low, "--nnodes")
-        add("nodes.max", high, "--nnodes")
-    if flags["rdzv_backend"] is not None:
-        add("rendezvous.backend", flags["rdzv_backend"], "--rdzv-backend")
-    if flags["run_id"] is not None:
-        add("rendezvous.run_id", flags["run_id"], "--run-id")
-    if flags["max_restarts"] is not None:
-        add("agent.max_restarts", flags["max_restarts"], "--max-restarts")
-    if flags["monitor_interval"] is not None:
-        add("agent.monitor_interval", flags["monitor_interval"], "--monitor-interval")
-    if flags["log_dir"] is not None:
-        add("agent.log_dir", flags["log_dir"], "--log-dir")
-    if flags["tee"] is not None:
-        add("agent.tee", flags["tee"], "--tee")  # [agent] reads the text, torchrun's 0-3 included
-    return out
 
 
 def _script_overrides(script: list[str], as_module: bool, job_file: str | None) -> list[tuple[str, Any, str]]:
@@ -163,19 +126,15 @@ def _resolve(
 
 
 @click.command(context_settings={"ignore_unknown_options": False, "allow_interspersed_args": False})
-@click.option("--nproc-per-node", metavar="N|auto", help="Workers on this node (nodes.nproc_per_node).")
-@click.option("--nnodes", metavar="N|MIN:MAX", help="Number of nodes, or an elastic range (nodes.min/max).")
-@click.option("--rdzv-backend", metavar="NAME", help="Rendezvous backend (rendezvous.backend).")
-@click.option("--rdzv-endpoint", metavar="VALUE", help="Backend endpoint, e.g. a directory for 'file'.")
-@click.option("--run-id", "--rdzv-id", "run_id", metavar="ID", help="Job identity shared by every node.")
-@click.option("--max-restarts", type=int, metavar="N", help="Job-wide restart budget (agent.max_restarts).")
-@click.option("--monitor-interval", metavar="DURATION", help="How often the rendezvous is checked, e.g. 100ms.")
-@click.option("--log-dir", metavar="DIR", help="Logs, error files and failure.json (agent.log_dir).")
-@click.option("--tee", metavar="all|rank0|none|R,R", help="Which ranks reach the console (agent.tee).")
-@click.option("--standalone", is_flag=True, help="Single node, in-process rendezvous (backend memory).")
+@torchrun_options
 @click.option("-m", "--module", "as_module", is_flag=True, help="Run SCRIPT as a Python module (python -m).")
 @click.option(
+    "--preload", metavar="MODULE,...", help="Fork workers from a process that imported these once (agent.preload)."
+)
+@click.option(
     "--local-addr",
+    "--local_addr",
+    "local_addr",
     envvar="RALLYPOINT_LOCAL_ADDR",
     metavar="ADDR",
     help="Address other nodes reach this node at (default: host name; 127.0.0.1 for memory).",
@@ -193,15 +152,19 @@ def _resolve(
     help="This node's identity in the rendezvous (default: host-pid).",
 )
 @click.option("--set", "-s", "set_values", multiple=True, metavar="KEY=VALUE", help="Override any job key.")
+@click.option(
+    "--dry-run", is_flag=True, help="Print the resolved job (the source of every value) and the worker command; exit."
+)
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 def run(
     args: tuple[str, ...],
     set_values: tuple[str, ...],
     as_module: bool,
+    preload: str | None,
     local_addr: str | None,
     node_id: str | None,
     host_name: str | None,
-    rdzv_endpoint: str | None,
+    dry_run: bool,
     **flags: Any,
 ) -> int:
     """Run a job: [JOB.toml] [SCRIPT [ARGS...]].
@@ -210,12 +173,27 @@ def run(
     environment (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, ...), restart them on failure within
     the job-wide budget, and print one root-cause report if the job fails. With no job file,
     SCRIPT is required; a torchrun command line works with `rallypoint run` in place of
-    `torchrun`. A run id is used once: a run that has ended, or that another job uses, is
-    refused. Exit code: 0 on success, 1 when the job failed, 2 for usage and config errors
-    (a finished or foreign run id included), 128+N after signal N.
+    `torchrun` (every torchrun flag and its underscore spelling is taken, or refused with the
+    reason and what to use instead). A run id is used once: a run that has ended, or that
+    another job uses, is refused. Exit code: 0 on success, 1 when the job failed, 2 for usage
+    and config errors (a finished or foreign run id included), 128+N after signal N.
+
+    \b
+    Defaults that differ from torchrun's:
+      --max-restarts   3 (torchrun: 0), counted for the whole job, not per node
+      --log-dir        runs/{run_id} (torchrun: a temporary directory)
+      --rdzv-backend   memory for one node; static (--node-rank/--master-addr) is grpc here
+      --rdzv-id        generated for one node (torchrun: "none"); required for several nodes
+
+    \b
+    Refused torchrun flags (each says why, and what to use instead): --run-path,
+    --local-ranks-filter, --duplicate-stdout-filters, --duplicate-stderr-filters,
+    --logs-specs, --numa-binding, --virtual-local-rank.
     """
     from rallypoint.agent.agent import ElasticAgent
+    from rallypoint.agent.config import AgentSection
     from rallypoint.agent.plan import NodeFacts, plan_job
+    from rallypoint.agent.torchrun_flags import static_node_env, torchrun_overrides
     from rallypoint.core.cli import plugin_manager
     from rallypoint.core.commands import _parse_set
     from rallypoint.rendezvous.handler import RendezvousHandler
@@ -223,13 +201,23 @@ def run(
     _check_node_names(click.get_current_context(), node_id=node_id, host_name=host_name)
     script = list(args)
     job_file = script.pop(0) if script and script[0].endswith(".toml") else None
-    overrides = [*_overrides(**flags), *_script_overrides(script, as_module, job_file), *_parse_set(set_values)]
+    _check_no_python(flags, script)
+    overrides = [
+        *torchrun_overrides(flags, os.environ),
+        *_script_overrides(script, as_module, job_file),
+        *_parse_set(set_values),
+        ("agent.preload", preload, f"--preload {_FLAG}"),  # None (not given) is dropped by _resolve
+    ]
     pm = plugin_manager()
-    resolved = _resolve(job_file, overrides, rdzv_endpoint, pm)
+    resolved = _resolve(job_file, overrides, _endpoint(flags), pm)
     facts = NodeFacts.gather(
         job_file=job_file, script_from_cli=bool(script), host_name=host_name, node_id=node_id, local_addr=local_addr
     )
+    if static_node_env(flags):  # static rendezvous: the env rank strategy reads the node rank from here
+        facts = replace(facts, environ={**facts.environ, **static_node_env(flags)})
     plan = plan_job(resolved, facts)
+    if dry_run:
+        return _dry_run(resolved, plan)
     _check_log_dir(plan.settings.log_dir, resolved.loaded.source_of("agent.log_dir"))
     rdzv = plan.rendezvous
     handler = RendezvousHandler.from_selection(
@@ -242,7 +230,52 @@ def run(
         pm=pm,
         fingerprint=rdzv.fingerprint,
     )
-    return ElasticAgent(handler, plan.settings, pm=pm).run().exit_code
+    settings = _torchrun_settings(plan.settings, resolved.section(AgentSection))
+    return ElasticAgent(handler, settings, pm=pm).run().exit_code
+
+
+def _endpoint(flags: dict[str, Any]) -> str | None:
+    from rallypoint.agent.torchrun_flags import endpoint_value
+
+    return endpoint_value(flags, flags.get("rdzv_endpoint"))
+
+
+def _check_no_python(flags: dict[str, Any], script: list[str]) -> None:
+    """``--no-python`` runs the script as a command; a ``.py`` script always runs with Python here."""
+    from rallypoint.agent.torchrun_flags import TorchrunRefused
+
+    if flags.get("no_python") and script and script[0].endswith(".py"):
+        raise TorchrunRefused(
+            f"--no-python: {script[0]} is a .py file, which rallypoint always runs with Python; drop --no-python, "
+            "or run it through a command (e.g. --no-python ./train.sh)"
+        )
+
+
+def _torchrun_settings(settings: AgentSettings, agent: AgentSection) -> AgentSettings:
+    """The shutdown timeout and the handled signals, as torchrun has them (workers see the signals too)."""
+    import signal
+
+    names = agent.signals_to_handle
+    return replace(
+        settings,
+        stop_grace=agent.shutdown_timeout,
+        signals=tuple(signal.Signals[name] for name in names.split(",")),
+        worker_env={"TORCHELASTIC_SIGNALS_TO_HANDLE": names, **settings.worker_env},
+    )
+
+
+def _dry_run(resolved: ResolvedConfig, plan: JobPlan) -> int:
+    """``--dry-run``: the resolved job with the source of every value, this node, and what each worker runs."""
+    import shlex
+
+    from rallypoint.core.config import render_resolved
+
+    node = plan.node
+    click.echo(render_resolved(resolved), nl=False)
+    click.echo(f"\n# run id: {plan.rendezvous.run_id}")
+    click.echo(f"# this node: {node.node_id} at {node.addr}, {node.local_world_size} worker(s)")
+    click.echo(f"# worker command: {shlex.join(plan.settings.argv)}")
+    return 0
 
 
 @click.command()
@@ -259,8 +292,6 @@ def status(
     set_values: tuple[str, ...],
 ) -> int:
     """Show a running job's rendezvous: round, members, nodes waiting, restarts, failures."""
-    from dataclasses import replace
-
     from rallypoint.agent.config import NodesSection
     from rallypoint.core.cli import plugin_manager
     from rallypoint.core.commands import _parse_set

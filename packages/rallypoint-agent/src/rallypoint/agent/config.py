@@ -223,6 +223,21 @@ def _log_dir(value: str) -> str:
     return value
 
 
+def _signal_names(value: str) -> str:
+    """``"SIGTERM,SIGUSR1"``: signal names this platform knows, normalised to upper case."""
+    import signal
+
+    names = [part.strip().upper() for part in value.split(",") if part.strip()]
+    bad = [n for n in names if not n.startswith("SIG") or not isinstance(getattr(signal, n, None), signal.Signals)]
+    if bad or not names or "SIGKILL" in names or "SIGSTOP" in names:
+        raise PydanticCustomError(
+            "signals",
+            "expected signal names such as SIGTERM,SIGUSR1 (not SIGKILL or SIGSTOP), got {value}",
+            {"value": _short(value)},
+        )
+    return ",".join(names)
+
+
 #: Workers per node: a positive number up to :data:`MAX_NPROC_PER_NODE`, or ``"auto"`` (GPUs if any, else CPUs).
 NprocPerNode = Annotated[int | str, BeforeValidator(_nproc)]
 #: Which ranks reach the console: ``"all"``, ``"rank0"``, ``"none"`` or a list of ranks.
@@ -324,6 +339,13 @@ class AgentSection(Section):
     preload: Annotated[list[Annotated[str, AfterValidator(_module_name)]], BeforeValidator(_preload_list)] = Field(
         default_factory=list,
         description='Modules a warm process imports once; workers are forked from it (e.g. ["torch"]).',
+    )
+    shutdown_timeout: Duration = Field(
+        default=30.0, description="How long stopped workers get between SIGTERM and SIGKILL (torchrun's default too)."
+    )
+    signals_to_handle: Annotated[str, AfterValidator(_signal_names)] = Field(
+        default="SIGTERM,SIGINT,SIGHUP,SIGQUIT",
+        description="Signals the agent forwards to the workers before it stops (TORCHELASTIC_SIGNALS_TO_HANDLE).",
     )
 
 

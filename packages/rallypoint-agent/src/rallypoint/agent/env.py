@@ -126,7 +126,7 @@ def worker_environment(
             "TORCHELASTIC_MAX_RESTARTS": str(ctx.max_restarts),
             "TORCHELASTIC_RUN_ID": ctx.run_id,
             "TORCHELASTIC_USE_AGENT_STORE": "False",
-            "TORCHELASTIC_ERROR_FILE": str(ctx.error_file),
+            "TORCHELASTIC_ERROR_FILE": os.path.abspath(ctx.error_file),  # torchrun's is absolute too
             "RALLYPOINT_ROUND": str(ctx.round),
         }
     )
