@@ -96,7 +96,7 @@ def test_plugins_list_shows_the_essential_packages_and_the_monorepo_plugins() ->
         assert rows[name].split()[:4] == [name, "*", f"rallypoint-{name}", _version(f"rallypoint-{name}")]
     for name in PLUGINS:
         assert rows[name].split()[:3] == [name, f"rallypoint-{name}", _version(f"rallypoint-{name}")]
-    assert rows["core"].endswith("CLI command: plugins, config")
+    assert rows["core"].endswith("CLI command: plugins, config, plugin")
     assert rows["gloo"].endswith("collective backend: gloo")
     assert rows["rendezvous"].endswith("rendezvous backend: memory")
     lines = result.stdout.splitlines()

@@ -73,7 +73,7 @@ def test_plugins_list_shows_essential_packages_and_plugins(run_cli) -> None:
     core = f"rallypoint-core {CORE_VERSION}"
     assert result.stdout.splitlines() == [
         f"PLUGIN     {'DISTRIBUTION':<{len(core)}}  REGISTERS",
-        f"core *     {core}  CLI command: plugins, config",
+        f"core *     {core}  CLI command: plugins, config, plugin",
         f"           {'':<{len(core)}}  declares kinds: CLI command",
         f"widgets *  {'acme-widgets 1.0':<{len(core)}}  widget backend: plain",
         f"           {'':<{len(core)}}  declares kinds: widget backend, gadget maker, inspector, courier, widget part",
@@ -93,7 +93,7 @@ def test_plugins_list_of_core_alone(run_cli, core_alone) -> None:
     assert result.stderr == ""
     lines = result.stdout.splitlines()
     assert lines[0].split() == ["PLUGIN", "DISTRIBUTION", "REGISTERS"]
-    assert lines[1].split() == ["core", "*", "rallypoint-core", CORE_VERSION, "CLI", "command:", "plugins,", "config"]
+    assert lines[1].split() == ["core", "*", "rallypoint-core", CORE_VERSION, "CLI", "command:", "plugins,", "config,", "plugin"]
     assert lines[2].split() == ["declares", "kinds:", "CLI", "command"]
     assert lines[3:] == ["", ESSENTIAL_FOOTNOTE]
 
@@ -111,7 +111,7 @@ def test_plugins_list_json(run_cli) -> None:
         "distribution": "rallypoint-core",
         "version": CORE_VERSION,
         "essential": True,
-        "registers": {"CLI command": ["plugins", "config"]},
+        "registers": {"CLI command": ["plugins", "config", "plugin"]},
         "declares": {"kinds": ["CLI command"], "sections": []},
     }
     assert plugins["widgets"]["essential"] is True
@@ -200,7 +200,7 @@ def test_unknown_subcommand_exit_2_with_suggestion(run_cli) -> None:
     assert result.returncode == 2
     assert result.stdout == ""
     assert result.stderr.splitlines()[-1] == (
-        "Error: no such command 'confg'. Did you mean 'config'? Available: config, plugins. "
+        "Error: no such command 'confg'. Did you mean 'config'? Available: config, plugin, plugins. "
         "Commands come from installed packages; see rallypoint plugins list."
     )
 
@@ -209,7 +209,7 @@ def test_unknown_subcommand_without_a_close_match(run_cli) -> None:
     result = run_cli("launch", script=True)
 
     assert result.returncode == 2
-    assert "Error: no such command 'launch'. Available: config, plugins." in result.stderr
+    assert "Error: no such command 'launch'. Available: config, plugin, plugins." in result.stderr
 
 
 def test_missing_argument_is_a_usage_error(run_cli) -> None:

@@ -47,7 +47,7 @@ def test_core_alone_registers_only_itself_and_declares_only_cli_commands(core_al
     assert pm.kinds() == (CLI_COMMANDS,)
     assert pm.sections() == ()
     assert pm.job_schema().names == ()
-    assert pm.registry(CLI_COMMANDS).names() == ["config", "plugins"]
+    assert pm.registry(CLI_COMMANDS).names() == ["config", "plugin", "plugins"]
     assert essential_distributions()[0][0] == "rallypoint-core"
 
 
@@ -70,7 +70,11 @@ def test_core_registers_the_plugins_and_config_commands() -> None:
     pm = get_plugin_manager(autoload=False)
 
     registry = pm.registry(CLI_COMMANDS)
-    assert [(e.record.name, e.provider.name) for e in registry.entries()] == [("plugins", "core"), ("config", "core")]
+    assert [(e.record.name, e.provider.name) for e in registry.entries()] == [
+        ("plugins", "core"),
+        ("config", "core"),
+        ("plugin", "core"),
+    ]
     assert pm.registry("rallypoint_cli_commands") is registry  # by hook name, same cached registry
 
 

@@ -1,4 +1,4 @@
-"""Core's own plugin: the CLI-command kind and the ``plugins`` and ``config`` commands.
+"""Core's own plugin: the CLI-command kind and the ``plugins``, ``config`` and ``plugin`` commands.
 
 Core declares its one plugin kind, :data:`CLI_COMMANDS`, the way every package declares its
 own (``rallypoint_plugin_kinds``). It declares no job-file section: those belong to the
@@ -40,5 +40,10 @@ def rallypoint_cli_commands() -> list[CliCommand]:
             name="config",
             summary="Check a job file and show the resolved configuration.",
             command="rallypoint.core.commands:config",
+        ),
+        CliCommand(
+            name="plugin",
+            summary="Write a new plugin distribution, or check an installed one.",
+            command="rallypoint.core.authoring.cli:plugin",
         ),
     ]
