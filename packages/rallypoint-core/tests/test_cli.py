@@ -93,7 +93,17 @@ def test_plugins_list_of_core_alone(run_cli, core_alone) -> None:
     assert result.stderr == ""
     lines = result.stdout.splitlines()
     assert lines[0].split() == ["PLUGIN", "DISTRIBUTION", "REGISTERS"]
-    assert lines[1].split() == ["core", "*", "rallypoint-core", CORE_VERSION, "CLI", "command:", "plugins,", "config,", "plugin"]
+    assert lines[1].split() == [
+        "core",
+        "*",
+        "rallypoint-core",
+        CORE_VERSION,
+        "CLI",
+        "command:",
+        "plugins,",
+        "config,",
+        "plugin",
+    ]
     assert lines[2].split() == ["declares", "kinds:", "CLI", "command"]
     assert lines[3:] == ["", ESSENTIAL_FOOTNOTE]
 

@@ -68,7 +68,17 @@ def test_the_venv_holds_core_and_no_other_rallypoint_distribution(core_venv: Pat
     assert plugins.stderr == ""
     lines = plugins.stdout.splitlines()
     version = importlib.metadata.version("rallypoint-core")  # the workspace's, built from the same source
-    assert lines[1].split() == ["core", "*", "rallypoint-core", version, "CLI", "command:", "plugins,", "config,", "plugin"]
+    assert lines[1].split() == [
+        "core",
+        "*",
+        "rallypoint-core",
+        version,
+        "CLI",
+        "command:",
+        "plugins,",
+        "config,",
+        "plugin",
+    ]
     assert lines[2].split() == ["declares", "kinds:", "CLI", "command"]
     assert lines[3:] == ["", "* essential package (loaded even when RALLYPOINT_DISABLE_PLUGIN_AUTOLOAD is set)"]
 
