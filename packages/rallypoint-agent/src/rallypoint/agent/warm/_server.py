@@ -252,7 +252,8 @@ def run_main(kind: str, target: str, args: list[str]) -> NoReturn:
         status = _exit_status(exc.code)
     except BaseException as exc:  # noqa: BLE001 - reported the way the interpreter reports it
         interrupted = isinstance(exc, KeyboardInterrupt)
-        sys.excepthook(type(exc), exc, _visible_traceback(exc))
+        tb = _visible_traceback(exc)
+        sys.excepthook(type(exc), exc.with_traceback(tb), tb)
         status = 1
     _finish(status, interrupted, atexit)
 

@@ -1,0 +1,154 @@
+"""The end-to-end suite's main scenarios again, with warm workers (``[agent] preload = ["torch"]``).
+
+The scenarios are test_run.py's own functions, run here a second time with
+``RALLYPOINT_AGENT_PRELOAD=torch`` in every agent's environment: the same jobs, the same
+assertions (environment, restarts, ``@record`` error files and the root-cause report, signal
+names, SIGTERM forwarding, no orphans after an agent's SIGKILL, ``-m`` and tee, the watchdog,
+the timeline). A last test checks the workers really were forked from the warm process.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+
+def _load_suite() -> ModuleType:
+    """test_run.py as a module of its own name, so that patching it here leaves test_run's run alone."""
+    spec = importlib.util.spec_from_file_location("warm_copy_of_test_run", Path(__file__).with_name("test_run.py"))
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+suite = _load_suite()
+_plain_agent_env = suite.agent_env
+
+
+def _preloading_agent_env(**extra: str) -> dict[str, str]:
+    env = _plain_agent_env(**extra)
+    env["RALLYPOINT_AGENT_PRELOAD"] = "torch"
+    return env
+
+
+@pytest.fixture(autouse=True)
+def _preload(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(suite, "agent_env", _preloading_agent_env)
+
+
+test_a_torchrun_script_runs_unmodified_with_the_full_environment = (
+    suite.test_a_torchrun_script_runs_unmodified_with_the_full_environment
+)
+test_a_crashing_worker_is_restarted_and_the_job_succeeds = (
+    suite.test_a_crashing_worker_is_restarted_and_the_job_succeeds
+)
+test_exhausting_the_budget_gives_one_root_cause_report = suite.test_exhausting_the_budget_gives_one_root_cause_report
+test_a_worker_killed_by_a_signal_is_reported_by_signal_name = (
+    suite.test_a_worker_killed_by_a_signal_is_reported_by_signal_name
+)
+test_sigterm_is_forwarded_to_workers = suite.test_sigterm_is_forwarded_to_workers
+test_an_agent_killed_with_sigkill_leaves_no_worker_behind = (
+    suite.test_an_agent_killed_with_sigkill_leaves_no_worker_behind
+)
+test_module_mode_and_tee_filter = suite.test_module_mode_and_tee_filter
+test_a_worker_stuck_past_its_watchdog_timer_is_killed_and_the_job_restarts = (
+    suite.test_a_worker_stuck_past_its_watchdog_timer_is_killed_and_the_job_restarts
+)
+test_a_watchdog_kill_with_no_budget_fails_the_job_naming_the_scope = (
+    suite.test_a_watchdog_kill_with_no_budget_fails_the_job_naming_the_scope
+)
+test_timeline_logs_of_every_rank_merge_into_one_chrome_trace = (
+    suite.test_timeline_logs_of_every_rank_merge_into_one_chrome_trace
+)
+
+FORKED = """
+import json, os, sys
+imported = "torch" in sys.modules  # before this script imports anything
+import torch
+import torch.distributed as dist
+
+dist.init_process_group("gloo")
+t = torch.ones(1)
+dist.all_reduce(t)
+attempt = os.environ["TORCHELASTIC_RESTART_COUNT"]
+out = {"preloaded": imported, "ppid": os.getppid(), "sum": t.item()}
+with open(os.path.join(sys.argv[1], f"{os.environ['RANK']}.{attempt}.json"), "w") as f:
+    json.dump(out, f)
+dist.destroy_process_group()
+if attempt == "0" and os.environ["RANK"] == "1":
+    os.kill(os.getpid(), 9)
+"""
+
+
+@pytest.mark.parametrize("how", ["flag", "variable"])
+def test_workers_and_restarted_workers_are_forked_from_one_warm_process(tmp_path: Path, how: str) -> None:
+    """``--preload torch``, or ``RALLYPOINT_AGENT_PRELOAD=torch`` alone (what the scenarios above rely on)."""
+    body = suite.script(tmp_path, "forked.py", FORKED)
+    flag = ["--preload", "torch"] if how == "flag" else []
+    result = subprocess.run(
+        [
+            *suite.RALLYPOINT,
+            "run",
+            "--nproc-per-node",
+            "2",
+            *flag,
+            "--max-restarts",
+            "1",
+            "--run-id",
+            "fk",
+            str(body),
+            ".",
+        ],
+        cwd=tmp_path,
+        env=_plain_agent_env() if how == "flag" else _preloading_agent_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    seen = {p.stem: json.loads(p.read_text()) for p in tmp_path.glob("*.json")}
+    assert sorted(seen) == ["0.0", "0.1", "1.0", "1.1"]
+    assert all(s["preloaded"] for s in seen.values())  # torch was there before the script's first line
+    assert all(s["sum"] == 2.0 for s in seen.values())
+    assert len({s["ppid"] for s in seen.values()}) == 1  # one warm process, kept across the restart
+    assert "restarting the job (1 of 1 restart(s) used)" in result.stderr
+
+
+def test_a_preloaded_module_that_starts_a_thread_is_refused_with_exit_2(tmp_path: Path) -> None:
+    (tmp_path / "spinner.py").write_text(
+        "import threading, time\nthreading.Thread(target=time.sleep, args=(60,)).start()\n"
+    )
+    body = suite.script(tmp_path, "job.py", "pass\n")
+    env = _plain_agent_env(PYTHONPATH=str(tmp_path))
+    result = subprocess.run(
+        [*suite.RALLYPOINT, "run", "--preload", "spinner", "--run-id", "spin", str(body)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 2, result.stderr
+    assert "agent.preload: importing spinner started 1 thread(s)" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_preloading_a_program_that_is_not_python_is_a_config_error(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [*suite.RALLYPOINT, "run", "--preload", "json", "--run-id", "prog", "true"],
+        cwd=tmp_path,
+        env=_plain_agent_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 2
+    assert "agent.preload" in result.stderr
+    assert "needs a Python script or module" in result.stderr
