@@ -44,7 +44,8 @@ class Counting:
 
 def test_large_frames_between_workers_of_one_host_go_through_shared_memory() -> None:
     before = _frames()
-    with g.rpc_group(2) as agents, use_agent(agents[0]):
+    # on the gRPC path (with sockets, calls on one host take a Unix socket: test_rpc_sockets.py)
+    with g.rpc_group(2, sockets=False) as agents, use_agent(agents[0]):
         client, server = Counting(agents[0].transport.shm), Counting(agents[1].transport.shm)  # type: ignore[attr-defined]
         big = torch.rand(1 << 18)  # 1 MiB
         assert torch.equal(rpc.rpc_sync("w1", g.identity, args=(big,)), big)  # learns that w1 is local

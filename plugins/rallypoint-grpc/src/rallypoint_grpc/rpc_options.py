@@ -24,8 +24,12 @@ class GrpcRpcOptions(BaseModel):
         chunk_bytes: frames larger than this travel in chunks of this size over a streaming
             call (between hosts, or without the same-host path); at most ``max_message_bytes``.
         max_frame_bytes: largest frame (arguments or result of one call) in chunks.
-        same_host_shm: between workers of one host, frames of 64 KiB or more travel through
-            files in ``/dev/shm`` (the gRPC message only names them).
+        same_host_shm: the same-host path: between workers of one host, calls travel over a
+            Unix socket (with ``sockets``), or frames of 64 KiB or more through files in
+            ``/dev/shm`` (gRPC calls then only name them).
+        sockets: after a first gRPC call, calls to a peer travel over one persistent socket per
+            pair of workers (token checked on every call; TCP between hosts only without TLS,
+            a private Unix socket on one host); off: every call is a gRPC call.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -41,6 +45,7 @@ class GrpcRpcOptions(BaseModel):
     chunk_bytes: int = Field(default=4 << 20, ge=4096, le=(2 << 30) - 1)
     max_frame_bytes: int = Field(default=16 << 30, ge=4096)
     same_host_shm: bool = True
+    sockets: bool = True
 
     @model_validator(mode="after")
     def _consistent(self) -> GrpcRpcOptions:

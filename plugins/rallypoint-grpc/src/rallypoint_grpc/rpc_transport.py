@@ -1,4 +1,4 @@
-"""The ``grpc`` RPC transport: frames of :mod:`rallypoint.rpc.wire` over one unary gRPC method.
+"""The ``grpc`` RPC transport: frames of :mod:`rallypoint.rpc.wire` over gRPC and persistent sockets.
 
 Each worker runs a gRPC server whose thread pool runs the requests (no event loop in between),
 and calls its peers through the process's cached channels
@@ -6,11 +6,18 @@ and calls its peers through the process's cached channels
 call carries the job's token; the server checks it (``token_matches``, the rendezvous service's
 check) before the request is read and refuses calls without it with ``UNAUTHENTICATED``.
 Frames are bytes end to end (no protobuf): tensors travel as raw buffers.
+
+With ``sockets`` (the default), the first call to a peer is a gRPC ``Hello`` (token checked)
+that returns where the peer also listens (:mod:`rallypoint_grpc.rpc_socket`); later calls travel
+over one persistent socket per pair of workers, a Unix socket on one host, and carry the token
+each. A peer whose sockets cannot be reached keeps being called over gRPC.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
+import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -28,10 +35,13 @@ from rallypoint.rpc.transport import (
 from rallypoint.rpc.wire import frame_size
 from rallypoint_grpc.rpc_options import GrpcRpcOptions
 from rallypoint_grpc.rpc_shm import METADATA_KEY, REF_MAGIC, THRESHOLD, SharedMemoryPath
+from rallypoint_grpc.rpc_socket import ClientConnection, Deadlines, SocketServer, connect
 from rallypoint_grpc.transport import (
+    TOKEN_HEADER,
     TlsFiles,
     format_endpoint,
     get_channel,
+    parse_endpoint,
     read_token,
     server_credentials,
     server_options,
@@ -39,12 +49,14 @@ from rallypoint_grpc.transport import (
     token_metadata,
 )
 
-__all__ = ["METHOD", "STREAM_METHOD", "GrpcRpcTransport", "create_grpc_rpc_transport"]
+__all__ = ["HELLO_METHOD", "METHOD", "STREAM_METHOD", "GrpcRpcTransport", "create_grpc_rpc_transport"]
 
 #: The one gRPC method RPC frames travel on.
 METHOD = "/rallypoint.rpc.Rpc/Call"
 #: The streaming method large frames travel on, in chunks (requests and replies).
 STREAM_METHOD = "/rallypoint.rpc.Rpc/CallStream"
+#: The method that tells a caller where the worker's sockets listen (JSON).
+HELLO_METHOD = "/rallypoint.rpc.Rpc/Hello"
 _REFUSED = {
     grpc.StatusCode.UNAUTHENTICATED,
     grpc.StatusCode.PERMISSION_DENIED,
@@ -75,6 +87,10 @@ class GrpcRpcTransport:
         self._metadata = token_metadata(token) + marker
         self._local: set[str] = set()
         self._stubs: dict[int, tuple[grpc.Channel, Any]] = {}
+        self._sockets: SocketServer | None = None
+        self._connections: dict[str, ClientConnection | None] = {}
+        self._connect_lock = threading.Lock()
+        self._deadlines = Deadlines()
         #: Frames larger than this travel in chunks of this size (when not through shared memory).
         self.chunk_bytes = min(options.chunk_bytes, options.max_message_bytes)
         self._streams = ThreadPoolExecutor(4, thread_name_prefix="rpc-stream")
@@ -117,9 +133,12 @@ class GrpcRpcTransport:
                 context.send_initial_metadata(((METADATA_KEY, self.shm.marker),))
             yield from _chunks(handler(frame), self.chunk_bytes)
 
+        self._sockets = self._serve_sockets(handler, host) if self.options.sockets else None
+        hello = json.dumps(self._where()).encode()
         methods = {
             "Call": grpc.unary_unary_rpc_method_handler(call),
             "CallStream": grpc.stream_stream_rpc_method_handler(call_stream),
+            "Hello": grpc.unary_unary_rpc_method_handler(lambda request, context: hello),
         }
         server = grpc.server(
             self._pool,
@@ -141,6 +160,14 @@ class GrpcRpcTransport:
     # ------------------------------------------------------------- client
     def call(self, address: str, frame: list[Any], timeout: float | None, reply: Reply) -> None:
         """Send ``frame`` to ``address``; ``reply`` gets the answer or a transport error."""
+        try:
+            conn = self._connection(address, timeout)
+        except TransportError as exc:
+            reply(None, exc)
+            return
+        if conn is not None:
+            conn.call(frame, timeout, reply)
+            return
         channel = get_channel(address, self._client_tls, max_message_bytes=self.options.max_message_bytes)
         if self._streamed(address, frame):
             self._streams.submit(self._stream_reply, channel, address, frame, timeout, reply)
@@ -167,6 +194,9 @@ class GrpcRpcTransport:
 
     def call_blocking(self, address: str, frame: list[Any], timeout: float | None) -> Any:
         """The same call, made in the caller's thread; raises a transport error."""
+        conn = self._connection(address, timeout)
+        if conn is not None:
+            return conn.call_blocking(frame, timeout)
         channel = get_channel(address, self._client_tls, max_message_bytes=self.options.max_message_bytes)
         if self._streamed(address, frame):
             return self._stream(channel, address, frame, timeout)
@@ -187,6 +217,78 @@ class GrpcRpcTransport:
         if stub is None or stub[0] is not channel:
             stub = self._stubs[id(channel)] = (channel, channel.unary_unary(METHOD))
         return stub[1]
+
+    # ------------------------------------------------------------ sockets
+    @property
+    def _metadata(self) -> tuple[tuple[str, str], ...]:
+        """The metadata of every gRPC call: the token (and the shared-memory marker)."""
+        return self._call_metadata
+
+    @_metadata.setter
+    def _metadata(self, value: tuple[tuple[str, str], ...]) -> None:
+        # the socket path sends the same token as the gRPC calls
+        self._call_metadata = value
+        self._token_bytes = next((str(v).encode() for k, v in value if k == TOKEN_HEADER), b"")
+
+    def _serve_sockets(self, handler: Handler, host: str) -> SocketServer:
+        sockets = SocketServer(handler, self.token, self.options.max_frame_bytes)
+        if self.options.tls_cert is None:  # with TLS, calls between hosts stay on gRPC
+            sockets.listen_tcp(host)
+        if self.shm is not None:
+            sockets.listen_unix()
+        return sockets
+
+    def _where(self) -> dict[str, Any]:
+        """What ``Hello`` answers: this worker's socket port and path, and its same-host marker."""
+        sockets = self._sockets
+        return {
+            "tcp": sockets.tcp_port if sockets is not None else None,
+            "unix": sockets.unix_path if sockets is not None else None,
+            "marker": self.shm.marker if self.shm is not None else None,
+        }
+
+    def _connection(self, address: str, timeout: float | None) -> ClientConnection | None:
+        """The socket to ``address`` (made on first use, again after it broke), or ``None``: use gRPC."""
+        conn = self._connections.get(address)
+        if conn is not None and conn.broken is None:
+            return conn
+        if not self.options.sockets or (conn is None and address in self._connections):
+            return None
+        with self._connect_lock:
+            conn = self._connections.get(address)
+            if address not in self._connections or (conn is not None and conn.broken is not None):
+                conn = self._connections[address] = self._open(address, timeout)
+        return conn
+
+    def _open(self, address: str, timeout: float | None) -> ClientConnection | None:
+        """Ask ``address`` where its sockets are (gRPC, token checked) and connect to the best one."""
+        channel = get_channel(address, self._client_tls, max_message_bytes=self.options.max_message_bytes)
+        try:
+            answer = channel.unary_unary(HELLO_METHOD)(b"", timeout=timeout or 30.0, metadata=self._metadata)
+            where = json.loads(answer)
+        except grpc.RpcError as exc:
+            if exc.code() == grpc.StatusCode.UNIMPLEMENTED:
+                return None  # a peer without sockets
+            raise _error(exc) from None
+        except ValueError:
+            return None
+        local = self.shm is not None and self.shm.visible(where.get("marker"))
+        if local:
+            self._local.add(address)
+        choices: list[tuple[str, Any]] = []
+        if local and isinstance(where.get("unix"), str):
+            choices.append(("unix", where["unix"]))
+        if self._client_tls is None and isinstance(where.get("tcp"), int):
+            choices.append(("tcp", (parse_endpoint(address)[0], where["tcp"])))
+        for kind, target in choices:
+            try:
+                sock = connect(kind, target, min(timeout or 10.0, 10.0))
+            except OSError:
+                continue
+            return ClientConnection(
+                sock, address, lambda: self._token_bytes, self._deadlines, self.options.max_frame_bytes
+            )
+        return None
 
     # ------------------------------------------------------- large frames
     def _streamed(self, address: str, frame: list[Any]) -> bool:
@@ -258,9 +360,18 @@ class GrpcRpcTransport:
             self.shm.discard(sent)
 
     def close(self) -> None:
-        """Stop the server (calls in progress get 5 s to finish) and its thread pool."""
-        if self._server is not None:
-            self._server.stop(5).wait(10)
+        """Stop the servers (calls in progress get 5 s to finish), the connections and thread pools."""
+        stopped = self._server.stop(5) if self._server is not None else None
+        if self._sockets is not None:
+            self._sockets.close(5)
+        with self._connect_lock:
+            connections, self._connections = list(self._connections.values()), {}
+        for conn in connections:
+            if conn is not None:
+                conn.close()
+        self._deadlines.close()
+        if stopped is not None:
+            stopped.wait(10)
         if self.shm is not None:
             self.shm.close()
         self._pool.shutdown(wait=False, cancel_futures=True)

@@ -1,0 +1,169 @@
+"""The persistent sockets of the grpc RPC transport: which link is used, the token on every call, hostile bytes."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from typing import Any
+
+import grpc
+import pytest
+import torch
+
+from rallypoint import rpc
+from rallypoint.rpc.api import use_agent
+from rallypoint.rpc.wire import pack
+from rallypoint_grpc.rpc_socket import HEAD, MAGIC
+from rallypoint_grpc.rpc_transport import HELLO_METHOD
+
+from . import rpc_group as g
+from .certs import make_certs
+
+BEARER = f"Bearer {g.TOKEN}".encode()
+
+
+def _family(agents: list[Any]) -> Any:
+    conn = agents[0].transport._connections.get(agents[1].info.address)
+    return None if conn is None else conn.sock.family
+
+
+def _request(frame: bytes, token: bytes = BEARER, rid: int = 7) -> bytes:
+    return HEAD.pack(MAGIC, 1, 0, len(token), 0, rid, len(frame)) + token + frame
+
+
+def _read_reply(sock: socket.socket) -> tuple[int, int, bytes]:
+    data = b""
+    while len(data) < HEAD.size:
+        chunk = sock.recv(HEAD.size - len(data))
+        assert chunk, "the worker closed the connection instead of replying"
+        data += chunk
+    magic, kind, status, _, _, rid, length = HEAD.unpack(data)
+    assert (magic, kind) == (MAGIC, 2)
+    body = b""
+    while len(body) < length:
+        body += sock.recv(length - len(body))
+    return rid, status, body
+
+
+def _call_frame(fn: str, args: Any) -> bytes:
+    return pack(json.dumps({"v": 1, "op": "call", "src": "intruder", "ser": "safe", "fn": fn, "args": args}).encode())
+
+
+def _tcp(agent: Any) -> socket.socket:
+    return socket.create_connection(("127.0.0.1", agent.transport._sockets.tcp_port), timeout=10)
+
+
+def _closed(sock: socket.socket) -> bool:
+    """Whether the worker closed ``sock`` (EOF or reset within 10 s)."""
+    sock.settimeout(10)
+    try:
+        return sock.recv(1 << 16) == b""
+    except ConnectionResetError:
+        return True
+
+
+@pytest.mark.parametrize(("opts", "family"), [({}, socket.AF_UNIX), ({"same_host_shm": False}, socket.AF_INET)])
+def test_calls_take_a_unix_socket_on_one_host_and_tcp_otherwise(opts: dict[str, Any], family: Any) -> None:
+    with g.rpc_group(3, **opts) as agents, use_agent(agents[0]):
+        big = torch.rand(1 << 18)
+        assert torch.equal(rpc.rpc_sync("w1", g.identity, args=(big,)), big)
+        assert _family(agents) == family
+        assert torch.equal(rpc.rpc_async("w1", g.identity, args=(big,)).wait(), big)
+        futures = [rpc.rpc_async("w1", g.add, args=(i, 1)) for i in range(50)]  # many in flight on one socket
+        assert [f.wait() for f in futures] == list(range(1, 51))
+        rref = rpc.remote("w2", g.Counter, args=(torch.ones(2),))
+        assert torch.equal(rpc.rpc_sync("w1", g.fetch, args=(rref,)).value, torch.ones(2))  # w1 calls w2
+        assert torch.equal(rref.rpc_sync().add(torch.ones(2)), torch.full((2,), 2.0))
+        assert g.CALLS == ["add"] * 50
+
+
+def test_every_socket_call_needs_the_token_and_a_refused_one_runs_nothing() -> None:
+    with g.rpc_group(2) as agents, use_agent(agents[0]):
+        assert rpc.rpc_sync("w1", g.add, args=(1, 2)) == 3  # the socket is open
+        g.CALLS.clear()
+        agents[0].transport._metadata = (("authorization", "Bearer other"),)  # type: ignore[attr-defined]
+        with pytest.raises(rpc.RpcRefused, match="UNAUTHENTICATED"):
+            rpc.rpc_sync("w1", g.add, args=(1, 2))
+        with pytest.raises(rpc.RpcRefused, match="UNAUTHENTICATED"):
+            rpc.rpc_async("w1", g.add, args=(1, 2)).wait()
+        assert g.CALLS == []
+        with _tcp(agents[1]) as sock:
+            for token in (b"", b"Bearer wrong", BEARER[:-1] + b"x"):
+                sock.sendall(_request(_call_frame(f"{g.__name__}:add", [1, 2]), token))
+                assert _read_reply(sock)[1] == 1  # refused
+            assert g.CALLS == []
+            sock.sendall(_request(_call_frame(f"{g.__name__}:add", [1, 2]), rid=9))
+            rid, status, body = _read_reply(sock)
+            assert (rid, status) == (9, 0)
+            assert b'"ok":3' in body
+        assert g.CALLS == ["add"]
+
+
+def test_hello_needs_the_token() -> None:
+    with g.rpc_group(2) as agents, grpc.insecure_channel(agents[1].info.address) as channel:
+        with pytest.raises(grpc.RpcError) as info:
+            channel.unary_unary(HELLO_METHOD)(b"", timeout=10)
+        assert info.value.code() == grpc.StatusCode.UNAUTHENTICATED
+
+
+def test_garbage_and_oversized_messages_on_the_socket_never_crash_a_worker() -> None:
+    with g.rpc_group(2, max_frame_bytes=1 << 20) as agents, use_agent(agents[0]):
+        attacks = [
+            b"garbage" * 10,
+            HEAD.pack(b"XXXX", 1, 0, 0, 0, 1, 0),
+            HEAD.pack(MAGIC, 2, 0, 0, 0, 1, 0),  # a reply sent to a server
+            HEAD.pack(MAGIC, 1, 0, 65000, 0, 1, 0),  # a token longer than any
+            HEAD.pack(MAGIC, 1, 0, len(BEARER), 0, 1, 1 << 62) + BEARER,  # a body larger than the limit
+            HEAD.pack(MAGIC, 1, 0, 8, 0, 1, 1 << 40) + b"Bearer x",  # wrong token, huge body
+            _request(b"x" * 100)[:-50],  # cut short
+        ]
+        for attack in attacks:
+            with _tcp(agents[1]) as sock:
+                sock.sendall(attack)
+                if attack is attacks[4]:
+                    assert b"max_frame_bytes" in _read_reply(sock)[2]
+                if attack is attacks[5]:
+                    assert b"UNAUTHENTICATED" in _read_reply(sock)[2]
+                sock.shutdown(socket.SHUT_WR)
+                assert _closed(sock), attack[:30]
+        for frame in (b"", b"RPR1" + b"\xff" * 8, pack(b"{" * 10_000)):  # a bad frame gets an error reply
+            with _tcp(agents[1]) as sock:
+                sock.sendall(_request(frame))
+                _, status, body = _read_reply(sock)
+                assert status == 0
+                assert b"err" in body
+        assert rpc.rpc_sync("w1", g.add, args=(1, 2)) == 3  # still serving
+        with pytest.raises(rpc.RpcRefused, match="max_frame_bytes"):
+            rpc.rpc_sync("w1", g.identity, args=(torch.rand(1 << 19),))
+        assert g.CALLS == ["add"]
+
+
+def test_with_tls_no_tcp_socket_is_offered(tmp_path: Any) -> None:
+    certs = make_certs(tmp_path / "certs")
+    tls = {"tls_ca": str(certs.ca), "tls_cert": str(certs.server_cert), "tls_key": str(certs.server_key)}
+    with g.rpc_group(2, **tls) as agents, use_agent(agents[0]):
+        assert agents[1].transport._sockets.tcp_port is None  # type: ignore[attr-defined]
+        assert rpc.rpc_sync("w1", g.add, args=(1, 2)) == 3
+        assert _family(agents) == socket.AF_UNIX  # one host: the user's private Unix socket
+    with g.rpc_group(2, same_host_shm=False, **tls) as agents, use_agent(agents[0]):
+        assert rpc.rpc_sync("w1", g.add, args=(1, 2)) == 3
+        assert _family(agents) is None  # TLS over gRPC
+
+
+def test_a_handler_that_blocks_does_not_hold_up_the_others_on_its_socket() -> None:
+    with g.rpc_group(2) as agents, use_agent(agents[0]):
+        slow = [rpc.rpc_async("w1", g.wait_release, args=(30,)) for _ in range(4)]
+        start = time.monotonic()
+        assert rpc.rpc_sync("w1", g.add, args=(1, 2)) == 3
+        assert time.monotonic() - start < 10
+        assert not any(f.done() for f in slow)
+        g.RELEASE.set()
+        assert [f.wait(30) for f in slow] == ["released"] * 4
+        # the spare threads of the connection go away again, down to a few
+        conn = next(iter(agents[1].transport._sockets._connections))  # type: ignore[attr-defined]
+        deadline = time.monotonic() + 10
+        while conn._threads > 4 and time.monotonic() < deadline:
+            threading.Event().wait(0.05)
+        assert conn._threads <= 4
