@@ -27,7 +27,11 @@ Usage, in a backend's test module::
 client of the same space. Each test uses a fresh run id. An in-process backend uses
 :class:`BackendConformance` and :class:`HandlerConformance` (threads only); a backend shared
 between processes uses the ``MultiProcess`` variants, which add checks with real processes
-started with ``fork`` (so the factory must survive a fork; keep it a small picklable object).
+started by a fork server (so the factory must be a small picklable object: an instance of a class
+defined at module level, in the test module or its conftest, holding plain picklable state).
+``forkserver`` rather than ``fork``: a test process that has started gRPC (an etcd or gRPC client,
+or a server fixture) holds threads and locks that a plain ``fork`` would copy half-held, and the
+children then hang; the fork server is a fresh interpreter that never started them.
 
 The kit checks: basic reads and writes, JSON-only values, key validation, run-id scoping,
 version tokens, compare-and-set and atomic add under races between threads and processes,
@@ -38,11 +42,16 @@ waits, a node dies, close, join timeout.
 
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing
+import pickle
+import queue
+import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -74,7 +83,49 @@ def make_node(i: int, **kw: Any) -> NodeInfo:
 
 
 def _ctx() -> Any:
-    return multiprocessing.get_context("fork")
+    """The multiprocessing context of the kit's child processes: a fork server.
+
+    The server is a fresh interpreter (started once per test process); children fork from it, so
+    nothing the test process started (gRPC threads, locks held by them) leaks into a child. The
+    kit is preloaded in the server so each child starts quickly.
+    """
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(["rallypoint.rendezvous.testing"])  # effective until the server starts
+    return ctx
+
+
+def _import_roots(cls: type) -> list[str]:
+    """The sys.path entry under which ``cls``'s module is importable by its dotted name."""
+    module = sys.modules.get(cls.__module__)
+    path = getattr(module, "__file__", None)
+    if not path:
+        return []
+    return [str(Path(path).resolve().parents[cls.__module__.count(".")])]
+
+
+def _restore_factory(roots: list[str], payload: bytes) -> Factory:
+    for root in roots:
+        if root not in sys.path:
+            sys.path.insert(0, root)
+    factory: Factory = pickle.loads(payload)  # our own bytes, from the parent test process
+    return factory
+
+
+class _Portable:
+    """Carries a backend factory into a child even when its class is defined in a test module.
+
+    Under pytest's ``--import-mode=importlib`` test modules are not importable by name from a fresh
+    interpreter; the child first puts the module's root on ``sys.path``, then unpickles.
+    """
+
+    def __init__(self, factory: Factory) -> None:
+        self.factory = factory
+
+    def __reduce__(self) -> tuple[Any, tuple[list[str], bytes]]:
+        return (_restore_factory, (_import_roots(type(self.factory)), pickle.dumps(self.factory)))
+
+    def __call__(self, run_id: str) -> RendezvousBackend:
+        return self.factory(run_id)
 
 
 # -- child-process bodies (module level so that they survive any start method) --------------
@@ -133,15 +184,36 @@ def _join_process(
             done.wait(120)
 
 
+#: For checks where three nodes must land in one round however late a child process starts:
+#: the round completes at once when the third joins (max_nodes), so the longer last call only
+#: costs time when fewer join.
+PATIENT_TIMEOUTS = dataclasses.replace(FAST_TIMEOUTS, last_call=2.0)
+
+
 def _join_and_hang(factory: Factory, run_id: str, i: int, out: Any) -> None:
-    handler = RendezvousHandler(factory(run_id), make_node(i), min_nodes=2, max_nodes=3, timeouts=FAST_TIMEOUTS)
+    handler = RendezvousHandler(factory(run_id), make_node(i), min_nodes=2, max_nodes=3, timeouts=PATIENT_TIMEOUTS)
+    out.put((i, "started"))
     r = handler.next_rendezvous()
     out.put((i, r.round))
     time.sleep(60)  # killed by the test
 
 
-def _collect(out: Any, n: int, timeout: float = 60.0) -> list[Any]:
-    return [out.get(timeout=timeout) for _ in range(n)]
+def _collect(out: Any, n: int, timeout: float = 60.0, procs: Sequence[Any] = ()) -> list[Any]:
+    """``n`` results from ``out``; fails at once (with the exit codes) when a child died without one."""
+    got: list[Any] = []
+    deadline = time.monotonic() + timeout
+    while len(got) < n:
+        try:
+            got.append(out.get(timeout=0.2))
+            continue
+        except queue.Empty:
+            pass
+        dead = [p.exitcode for p in procs if p.exitcode not in (None, 0)]
+        if dead:
+            raise AssertionError(f"{len(dead)} child process(es) failed (exit codes {dead}); see captured stderr")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"only {len(got)} of {n} child results within {timeout:.0f} s")
+    return got
 
 
 class BackendConformance:
@@ -549,7 +621,7 @@ class HandlerConformance:
 class MultiProcessBackendConformance(BackendConformance):
     """Key-value checks with clients in several processes (for backends shared between processes).
 
-    The ``backend_factory`` must be picklable; child processes are started with ``fork``.
+    The ``backend_factory`` must be picklable; child processes are started by a fork server.
     """
 
     processes: int = 6
@@ -557,12 +629,11 @@ class MultiProcessBackendConformance(BackendConformance):
     def test_cas_race_between_processes(self, backend_factory: Factory, run_id: str) -> None:
         ctx = _ctx()
         out = ctx.Queue()
-        procs = [
-            ctx.Process(target=_cas_incrementer, args=(backend_factory, run_id, 15, out)) for _ in range(self.processes)
-        ]
+        factory = _Portable(backend_factory)
+        procs = [ctx.Process(target=_cas_incrementer, args=(factory, run_id, 15, out)) for _ in range(self.processes)]
         for p in procs:
             p.start()
-        won = [v for lst in _collect(out, len(procs)) for v in lst]
+        won = [v for lst in _collect(out, len(procs), procs=procs) for v in lst]
         for p in procs:
             p.join(30)
             assert p.exitcode == 0
@@ -575,17 +646,18 @@ class MultiProcessBackendConformance(BackendConformance):
     def test_add_between_processes(self, backend_factory: Factory, run_id: str) -> None:
         ctx = _ctx()
         out = ctx.Queue()
-        procs = [ctx.Process(target=_adder, args=(backend_factory, run_id, 30, out)) for _ in range(self.processes)]
+        factory = _Portable(backend_factory)
+        procs = [ctx.Process(target=_adder, args=(factory, run_id, 30, out)) for _ in range(self.processes)]
         for p in procs:
             p.start()
-        seen = [v for lst in _collect(out, len(procs)) for v in lst]
+        seen = [v for lst in _collect(out, len(procs), procs=procs) for v in lst]
         for p in procs:
             p.join(30)
         assert sorted(seen) == list(range(1, 30 * len(procs) + 1))
 
     def test_writes_seen_in_order_from_another_process(self, backend_factory: Factory, run_id: str) -> None:
         ctx = _ctx()
-        writer = ctx.Process(target=_sequential_writer, args=(backend_factory, run_id, 200))
+        writer = ctx.Process(target=_sequential_writer, args=(_Portable(backend_factory), run_id, 200))
         reader = backend_factory(run_id)
         writer.start()
         deadline = time.monotonic() + 30
@@ -604,7 +676,7 @@ class MultiProcessBackendConformance(BackendConformance):
 
     def test_watch_wakes_on_change_from_another_process(self, backend_factory: Factory, run_id: str) -> None:
         backend = backend_factory(run_id)
-        p = _ctx().Process(target=_delayed_set, args=(backend_factory, run_id, "w", 0.2))
+        p = _ctx().Process(target=_delayed_set, args=(_Portable(backend_factory), run_id, "w", 0.2))
         p.start()
         start = time.monotonic()
         assert backend.watch("w", version=None, timeout=30)  # woken by the other process's write
@@ -621,9 +693,12 @@ class MultiProcessHandlerConformance(HandlerConformance):
     def test_killed_process_is_detected(self, backend_factory: Factory, run_id: str) -> None:
         ctx = _ctx()
         out = ctx.Queue()
-        victim = ctx.Process(target=_join_and_hang, args=(backend_factory, run_id, 9, out))
+        victim = ctx.Process(target=_join_and_hang, args=(_Portable(backend_factory), run_id, 9, out))
         victim.start()
-        a, b = self._handlers(backend_factory, run_id, 2, 2, 3)
+        # Wait for the victim to be joining: a fork-server child may start later than the
+        # in-process handlers, and must not miss their round.
+        assert _collect(out, 1, 60, [victim]) == [(9, "started")]
+        a, b = self._handlers(backend_factory, run_id, 2, 2, 3, timeouts=PATIENT_TIMEOUTS)
         try:
             results = self._in_threads([a, b])
             assert out.get(timeout=30)[1] == results[0].round  # type: ignore[union-attr]
@@ -654,12 +729,13 @@ class MultiProcessHandlerConformance(HandlerConformance):
         ctx = _ctx()
         out = ctx.Queue()
         done = ctx.Event()
-        procs = [ctx.Process(target=_join_process, args=(factory, run_id, i, n, out, timeouts, done)) for i in range(n)]
+        fac = _Portable(factory)
+        procs = [ctx.Process(target=_join_process, args=(fac, run_id, i, n, out, timeouts, done)) for i in range(n)]
         start = time.monotonic()
         for p in procs:
             p.start()
         try:
-            got = _collect(out, n, timeout)
+            got = _collect(out, n, timeout, procs)
             elapsed = time.monotonic() - start
         finally:
             done.set()
