@@ -172,6 +172,17 @@ class DdpJob:
             assert time.monotonic() < deadline, f"{what}: not within {timeout:g}s:\n{self.outputs()}"
             time.sleep(0.02)
 
+    def joined(self, round_: int) -> int:
+        """How many nodes joined rendezvous round ``round_`` (file backend; read-only, in-process)."""
+        from rallypoint.rendezvous.state import count_key
+        from rallypoint_file.backend import FileBackend
+
+        assert self.backend[0] == "file", "joined() reads the file backend"
+        if not Path(self.backend[1], self.run_id).exists():
+            return 0
+        entry = FileBackend(self.backend[1], self.run_id, read_only=True).get(count_key(round_))
+        return int(entry.value) if entry is not None else 0
+
     def outputs(self) -> str:
         return "\n".join(f"--- {a.host.name} (exit {a.proc.poll()})\n{a.output()[-3000:]}" for a in self.agents)
 
@@ -188,6 +199,8 @@ class DdpJob:
                 codes.append(agent.proc.wait())
             if agent.reader is not None:
                 agent.reader.join(timeout=10)
+            # kept next to the job's output, for whoever debugs a failure
+            (self.tmp / f"agent-{agent.host.name}-{agent.proc.pid}.log").write_text(agent.output())
         return codes
 
     def assert_succeeded(self, agents: Sequence[Agent] | None = None) -> None:
@@ -254,7 +267,7 @@ def record(scenario: str, figures: dict[str, Any]) -> None:
 def reference_weights(out: Path, train: Sequence[str] = TRAIN_ARGS) -> list[float]:
     """The final weights of one plain process training on the whole global batch."""
     proc = subprocess.run(
-        [PY, str(TRAIN), "--out", str(out), *train], env=clean_env(), capture_output=True, text=True, timeout=120
+        [PY, str(TRAIN), "--out", str(out), *train], env=clean_env(), capture_output=True, text=True, timeout=280
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return list(json.loads((out / "final.json").read_text()))

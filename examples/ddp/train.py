@@ -30,7 +30,9 @@ import argparse
 import json
 import os
 import socket
+import sys
 import time
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -146,5 +148,22 @@ def main(argv: list[str] | None = None) -> None:
         dist.destroy_process_group()
 
 
+def run() -> None:
+    """``main()``, exiting at once on an error.
+
+    A worker whose collective failed (a peer died: "connection reset by peer") can hang in the
+    interpreter's shutdown, in the process group's destructor, until its agent stops it. Exiting
+    with ``os._exit`` after printing the error tells the agent at once.
+    """
+    try:
+        main()
+    except BaseException as exc:
+        if isinstance(exc, SystemExit) and exc.code in (None, 0):
+            raise
+        traceback.print_exc()
+        sys.stderr.flush()
+        os._exit(exc.code if isinstance(exc, SystemExit) and isinstance(exc.code, int) else 1)
+
+
 if __name__ == "__main__":
-    main()
+    run()

@@ -6,10 +6,10 @@ the configured strategy), start the workers, then monitor them. Exits are seen a
 
 * all local workers succeeded: the exit barrier (every node done, or ``exit_barrier_timeout``),
   then the rendezvous is closed and the agent exits 0;
-* a local worker failed: its failure is published to the rendezvous store, the other local
-  workers are stopped, and the job restarts if the job-wide budget allows; otherwise the
-  rendezvous is closed *as failed* and the agent prints one root-cause report gathered from
-  every node;
+* a local worker failed: unless a peer host vanished (then its failures are a membership change,
+  see :mod:`rallypoint.agent.peers`), its failure is published to the rendezvous store, the other
+  local workers are stopped, and the job restarts if the job-wide budget allows; otherwise the
+  rendezvous is closed *as failed* and the agent prints one root-cause report from every node;
 * the job was closed as failed by another node: the workers are stopped and the agent prints
   the same report and exits 1, like the node that closed it;
 * the round is over (a peer failed, left or died) or nodes are waiting: the workers are
@@ -46,6 +46,7 @@ from pydantic import BaseModel
 from rallypoint.agent.env import WorkerContext, worker_environment
 from rallypoint.agent.error_files import read_error_file
 from rallypoint.agent.logs import Tee, WorkerLogs, tee_selects
+from rallypoint.agent.peers import vanished_peer
 from rallypoint.agent.ranks import RankAssignment, RankNode, RankStrategy, WorkerRanks, compute_assignment
 from rallypoint.agent.records import RankStrategyRecord
 from rallypoint.agent.report import FailureReport, WorkerFailure, failures_from_store
@@ -255,13 +256,13 @@ class ElasticAgent:
                     return AgentResult(0, rounds=self.rounds, restarts=restarts)
             if outcome is Outcome.CLOSED:
                 return self._after_close()
-            if outcome is Outcome.FAILED:
+            why = vanished_peer(self.handler, result) if outcome is Outcome.FAILED else "membership changed"
+            if why is None:
                 self._publish(failures)
                 if not self._may_restart(result, failures):
                     return self._fail(restarts, close=True)
                 continue
-            if outcome is Outcome.MEMBERSHIP:
-                self.say(f"round {result.round} is over (membership changed); re-rendezvous")
+            self.say(f"round {result.round} is over ({why}); re-rendezvous, no restart counted")
 
     def _assign_or_abort(self, result: RendezvousResult) -> RankAssignment:
         try:

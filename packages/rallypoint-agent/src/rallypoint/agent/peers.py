@@ -1,0 +1,73 @@
+"""Whether this node's workers failed because a peer host vanished.
+
+When a whole host dies (power, kernel panic, every process SIGKILLed), the workers on the other
+hosts fail at their next collective (a connection reset by the dead peer), usually well before
+the rendezvous declares that host dead (``heartbeat_timeout``). Counted as worker failures, an
+infrastructure fault would spend the job's restart budget (torchrun counts them: with
+``max_restarts = 0`` the job ends). Here such failures are a membership change: before a
+failure is counted, :func:`vanished_peer` checks whether the other members of the round are
+alive.
+
+The check reads only the rendezvous: every member's heartbeat record changes every
+``heartbeat_interval`` while its agent lives. Once every other member's record has changed
+since the failure, all of them are alive and the failure is the workers' own (the check took
+at most about one interval). A member whose record does not change is dead or cut off; its
+watchers then open a new round within ``heartbeat_timeout``, and the check returns that
+round's reason.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rallypoint.rendezvous.handler import RendezvousHandler, RendezvousResult
+
+__all__ = ["vanished_peer"]
+
+
+def vanished_peer(
+    handler: RendezvousHandler,
+    result: RendezvousResult,
+    *,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> str | None:
+    """Why the round ``result`` is over because of a peer, or ``None`` when every peer is alive.
+
+    Args:
+        handler: this node's rendezvous handler (its heartbeat keeps running meanwhile).
+        result: the round whose workers failed.
+        clock: monotonic clock (tests pass a fake one).
+        sleep: waits between two reads.
+
+    Returns:
+        The reason of the new round (e.g. ``"node 'b-17' stopped heart-beating"``) when the
+        round is over, or ``None``: every other member's heartbeat moved (the failure is the
+        workers' own), the job was closed, or no new round opened within ``heartbeat_timeout``
+        plus two intervals (counted as a failure, as before).
+
+    Raises:
+        RendezvousHeartbeatError: this node's own heartbeat kept failing.
+    """
+    me = handler.node_id
+    peers = tuple(p.node_id for p in result.participants if p.node_id != me)
+    if not peers:
+        return None
+    timeouts = handler.timeouts
+    deadline = clock() + timeouts.heartbeat_timeout + 2 * timeouts.heartbeat_interval
+    first = handler.io.read_heartbeats(peers)
+    while True:
+        status = handler.round_status()
+        if status.closed:
+            return None
+        if status.superseded or status.waiting > 0:
+            return status.reason or f"round {result.round} is over"
+        now = handler.io.read_heartbeats(peers)
+        if all(now[p] != first[p] for p in peers):
+            return None
+        if clock() >= deadline:
+            return None
+        sleep(min(0.1, timeouts.heartbeat_interval / 4))
