@@ -6,10 +6,9 @@ the configured strategy), start the workers, then monitor them. Exits are seen a
 
 * all local workers succeeded: the exit barrier (every node done, or ``exit_barrier_timeout``),
   then the rendezvous is closed and the agent exits 0;
-* a local worker failed: unless a peer host vanished (then its failures are a membership change,
-  see :mod:`rallypoint.agent.peers`), its failure is published to the rendezvous store, the other
-  local workers are stopped, and the job restarts if the job-wide budget allows; otherwise the
-  rendezvous is closed *as failed* and the agent prints one root-cause report from every node;
+* a local worker failed (and no peer host vanished: :mod:`rallypoint.agent.peers`): the failure is
+  published, the other local workers are stopped, and the job restarts if the job-wide budget allows;
+  otherwise the rendezvous is closed *as failed* and the agent prints one root-cause report;
 * the job was closed as failed by another node: the workers are stopped and the agent prints
   the same report and exits 1, like the node that closed it;
 * the round is over (a peer failed, left or died) or nodes are waiting: the workers are
