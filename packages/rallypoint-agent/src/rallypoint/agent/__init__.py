@@ -28,4 +28,26 @@ __all__ = [
     "assign_blocks",
     "compute_assignment",
     "validate_assignment",
+    # the records lifecycle and decision hooks receive (see rallypoint.agent.hookspecs)
+    "WorkerContext",
+    "WorkerFailure",
+    "WorkerGroup",
 ]
+
+#: Hook-argument types, imported on first use: ``import rallypoint.agent`` stays light.
+_HOOK_RECORDS = {
+    "WorkerContext": "rallypoint.agent.env",
+    "WorkerFailure": "rallypoint.agent.report",
+    "WorkerGroup": "rallypoint.agent.workers",
+}
+
+
+def __getattr__(name: str) -> object:
+    module = _HOOK_RECORDS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

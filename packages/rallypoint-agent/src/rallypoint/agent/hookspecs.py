@@ -1,4 +1,12 @@
-"""Hook specifications of ``rallypoint-agent``."""
+"""Hook specifications of ``rallypoint-agent``.
+
+Lifecycle hooks (``rallypoint_agent_workers_started``, ``rallypoint_agent_worker_failed``) and
+decision hooks (``rallypoint_agent_should_restart``, ``rallypoint_worker_env``) receive typed
+records exported by :mod:`rallypoint.agent`: :class:`~rallypoint.agent.workers.WorkerGroup`,
+:class:`~rallypoint.agent.report.WorkerFailure` and :class:`~rallypoint.agent.env.WorkerContext`.
+Hooks are called with keyword arguments: an implementation may take fewer arguments than its
+specification names, so a specification can gain an argument without breaking it.
+"""
 
 from __future__ import annotations
 
@@ -36,7 +44,15 @@ def rallypoint_agent_workers_started(group: WorkerGroup) -> None:
     """Called after the agent started its local workers for a round.
 
     Args:
-        group: the local worker group: ``group.pids`` maps each worker's global rank to its pid.
+        group: the local worker group (:class:`~rallypoint.agent.workers.WorkerGroup`):
+            ``group.pids`` maps each worker's global rank to its pid.
+
+    Example::
+
+        @hookimpl
+        def rallypoint_agent_workers_started(group):
+            for rank, pid in sorted(group.pids.items()):
+                print(f"worker {rank} is pid {pid}")
     """
 
 
@@ -45,8 +61,15 @@ def rallypoint_agent_worker_failed(failure: WorkerFailure) -> None:
     """Called when a local worker exits with a failure, before any restart decision.
 
     Args:
-        failure: rank, host, attempt, exit code or signal, the reason, and the worker's error
-            file (exception and traceback) and stderr tail.
+        failure: the :class:`~rallypoint.agent.report.WorkerFailure`: rank, host, attempt, exit
+            code or signal, the reason, and the worker's error file (exception and traceback)
+            and stderr tail.
+
+    Example::
+
+        @hookimpl
+        def rallypoint_agent_worker_failed(failure):
+            alert(f"rank {failure.rank} on {failure.host}: {failure.reason}", failure.stderr_tail)
     """
 
 
@@ -58,7 +81,16 @@ def rallypoint_agent_should_restart(failure: WorkerFailure) -> bool | None:
     restart budget (``[agent] max_restarts``).
 
     Args:
-        failure: the failure that ended the current attempt.
+        failure: the :class:`~rallypoint.agent.report.WorkerFailure` that ended the current
+            attempt.
+
+    Example::
+
+        @hookimpl
+        def rallypoint_agent_should_restart(failure):
+            if failure.exit_code == 3:  # the script's way of saying "a retry cannot help"
+                return False
+            return None  # the restart budget decides
     """
 
 
@@ -70,6 +102,13 @@ def rallypoint_worker_env(worker: WorkerContext) -> dict[str, str] | None:
     variables the agent sets cannot be overridden.
 
     Args:
-        worker: the worker about to start: its ranks (``worker.ranks``: global, local and role
-            ranks), run id, round, attempt, store address and error file.
+        worker: the :class:`~rallypoint.agent.env.WorkerContext` of the worker about to start:
+            its ranks (``worker.ranks``: global, local and role ranks), run id, round, attempt,
+            store address and error file.
+
+    Example::
+
+        @hookimpl
+        def rallypoint_worker_env(worker):
+            return {"WANDB_RUN_GROUP": worker.run_id, "SHARD": str(worker.ranks.rank)}
     """

@@ -36,4 +36,16 @@ __all__ = [
     "RendezvousTimeouts",
     "TimeoutInfo",
     "WaitMore",
+    # the record rallypoint_rendezvous_completed receives (see rallypoint.rendezvous.hookspecs)
+    "RendezvousResult",
 ]
+
+
+def __getattr__(name: str) -> object:
+    # imported on first use: ``import rallypoint.rendezvous`` stays light
+    if name == "RendezvousResult":
+        from rallypoint.rendezvous.round_io import RendezvousResult
+
+        globals()[name] = RendezvousResult
+        return RendezvousResult
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,4 +1,9 @@
-"""Hook specifications of ``rallypoint-rendezvous``."""
+"""Hook specifications of ``rallypoint-rendezvous``.
+
+The lifecycle hooks receive typed records exported by :mod:`rallypoint.rendezvous`:
+:class:`~rallypoint.rendezvous.round_io.RendezvousResult` and
+:class:`~rallypoint.rendezvous.errors.TimeoutInfo`.
+"""
 
 from __future__ import annotations
 
@@ -40,6 +45,13 @@ def rallypoint_rendezvous_completed(info: RendezvousResult) -> None:
     Args:
         info: the :class:`~rallypoint.rendezvous.round_io.RendezvousResult` (run id, round,
             this node's group rank, the participants in group-rank order, the workers' store).
+
+    Example::
+
+        @hookimpl
+        def rallypoint_rendezvous_completed(info):
+            hosts = [p.host for p in info.participants]
+            log.info("round %d: %d nodes %s, I am %d", info.round, info.num_nodes, hosts, info.group_rank)
     """
 
 
@@ -62,4 +74,13 @@ def rallypoint_rendezvous_timed_out(info: TimeoutInfo) -> TimeoutAnswer | None:
         :class:`~rallypoint.rendezvous.errors.GiveUp` ``()``: raise the timeout error now. A
         ``GiveUp`` from any plugin wins over ``WaitMore`` answers; with only ``None`` answers
         the error is raised. The hook fires again when the extension expires.
+
+    Example::
+
+        @hookimpl
+        def rallypoint_rendezvous_timed_out(info):
+            if info.timeout == "join" and len(info.present) >= info.min_nodes - 1:
+                return WaitMore(120)  # one node short: give the scheduler two more minutes
+            page_oncall(f"rendezvous {info.run_id}: missing {info.missing}")
+            return None
     """
