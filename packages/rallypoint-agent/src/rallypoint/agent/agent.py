@@ -188,7 +188,7 @@ class ElasticAgent:
         self.console = console
         self.host = settings.host or socket.gethostname()
         self._group: WorkerGroup | None = None
-        self._warm = WarmLauncher.for_modules(settings.preload, settings.preload_env, console)
+        self._warm = WarmLauncher(settings.preload, env=settings.preload_env, console=console)  # inert if empty
         self._signal: int | None = None
         self._watchdog: WatchdogServer | None = None
         self._expired: dict[int, WatchdogExpiry] = {}
@@ -213,8 +213,7 @@ class ElasticAgent:
 
         restore = self._install_signal_handlers()
         try:
-            if self._warm is not None:
-                self._warm.start()  # it imports while the rendezvous runs
+            self._warm.start()  # with modules to preload, the warm process imports them while the rendezvous runs
             self._start_watchdog()
             return self._loop()
         except AgentSignal as sig:
@@ -225,8 +224,7 @@ class ElasticAgent:
         finally:
             if self._group is not None:
                 self._group.stop(grace=self.settings.stop_grace)
-            if self._warm is not None:
-                self._warm.close()
+            self._warm.close()
             with contextlib.suppress(Exception):
                 self.handler.shutdown()
             if self._watchdog is not None:

@@ -351,7 +351,7 @@ class WorkerGroup:
         warm: WarmLauncher | None = None,
     ) -> None:
         self.logs = logs
-        self.warm = warm
+        self.warm = warm if warm is not None and warm.modules else None  # one without modules is inert
         self.pdeathsig = pdeathsig and PDEATHSIG_SUPPORTED
         self._sentinel = _sentinel if pdeathsig else None
         self._on_exit = on_exit

@@ -289,7 +289,7 @@ class WarmLauncher:
     """Starts workers by forking them from a warm process that has imported ``modules``.
 
     Args:
-        modules: the modules to import once (``[agent] preload``).
+        modules: the modules to import once (``[agent] preload``); none makes the launcher inert.
         env: the warm process's environment (see :func:`warm_environment`); the agent's by default.
         python: the interpreter; the agent's by default.
         console: where messages about the warm process go (``sys.stderr`` by default).
@@ -315,13 +315,6 @@ class WarmLauncher:
         self._conn: _Connection | None = None
         self._lock = threading.Lock()
 
-    @classmethod
-    def for_modules(
-        cls, modules: Sequence[str], env: Mapping[str, str] | None = None, console: TextIO | None = None
-    ) -> WarmLauncher | None:
-        """A launcher for ``modules`` (not started yet), or ``None`` when there is nothing to preload."""
-        return cls(modules, env=env, console=console) if modules else None
-
     @property
     def pid(self) -> int | None:
         """The current warm process's pid, or ``None`` before :meth:`start`."""
@@ -333,7 +326,13 @@ class WarmLauncher:
         return self._conn.ready_seconds if self._conn is not None else None
 
     def start(self) -> None:
-        """Start the warm process unless one is running; returns at once (the imports go on)."""
+        """Start the warm process unless one is running; returns at once (the imports go on).
+
+        Does nothing without modules to preload: such a launcher is inert, and a
+        :class:`~rallypoint.agent.workers.WorkerGroup` given it starts fresh interpreters.
+        """
+        if not self.modules:
+            return
         with self._lock:
             self._ensure()
 
