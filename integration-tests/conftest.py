@@ -71,7 +71,8 @@ def ddp_reference(tmp_path_factory: pytest.TempPathFactory) -> list[float]:
     import ddp_jobs
 
     # computed once per test run: pytest-xdist's workers share the directory above their own
-    shared = tmp_path_factory.getbasetemp().parent / "ddp-reference"
+    base = tmp_path_factory.getbasetemp()
+    shared = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "ddp-reference"
     shared.mkdir(exist_ok=True)
     with open(shared / "lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
