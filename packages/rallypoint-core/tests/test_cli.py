@@ -62,6 +62,9 @@ def test_console_script_version(run_cli) -> None:
         f"rallypoint {CORE_VERSION}",
         f"  rallypoint-core {CORE_VERSION}",
         "  acme-widgets 1.0",
+        "  acme-cogs 2.0",
+        "plugins:",
+        "  cogs (acme-cogs 2.0)",
     ]
 
 
@@ -458,26 +461,61 @@ def test_plugins_list_still_lists_everything_when_two_plugins_conflict(tmp_path,
     )
 
 
-def test_a_misspelled_hook_in_an_installed_plugin_is_a_clear_usage_error(tmp_path, make_distribution, run_cli) -> None:
+TYPO_HOOK = (
+    "plugin typo (typo-kv 0.3) implements 'rallypoint_widget_backend', a hook that no installed "
+    "package declares; did you mean 'rallypoint_widget_backends'? Fix the hook name in the plugin, "
+    "install the package that declares it, or disable the plugin with RALLYPOINT_DISABLE_PLUGINS=typo"
+)
+
+
+def test_a_misspelled_hook_in_an_installed_plugin_breaks_only_what_selects_it(
+    tmp_path, make_distribution, run_cli
+) -> None:
+    """One broken third-party plugin is reported; every other command and job keeps working."""
     source = """
+        from acme_widgets import WidgetBackendRecord
         from rallypoint.core.plugins import hookimpl
 
         @hookimpl
         def rallypoint_widget_backend():
-            return []
+            return [WidgetBackendRecord(name="typed", factory="x:y")]
     """
     site = tmp_path / "site"
     make_distribution(site, dist="typo-kv", version="0.3", entry_point="typo", source=source)
+    env = {"PYTHONPATH": str(site)}
 
-    result = run_cli("plugins", "list", env={"PYTHONPATH": str(site)})
+    listed = run_cli("plugins", "list", env=env)
+    assert listed.returncode == 0, listed.stderr
+    assert "Traceback" not in listed.stderr
+    assert f"failed to load:\n  {TYPO_HOOK}\n" in listed.stdout
+    assert "cogs" in listed.stdout  # the working plugins are all listed
+    (tmp_path / "job.toml").write_text('[widgets]\nbackend = "plain"\n')
+    ok = run_cli("config", "check", "job.toml", env=env)
+    assert ok.returncode == 0, ok.stderr
+    (tmp_path / "typed.toml").write_text('[widgets]\nbackend = "typed"\n')
+    selected = run_cli("config", "check", "typed.toml", env=env)
+    assert selected.returncode == 2
+    assert f"error: typed.toml: widgets.backend: {TYPO_HOOK}\n" in selected.stderr
+
+
+def test_a_plugin_that_fails_to_import_names_its_distribution_in_the_hint(tmp_path, make_distribution, run_cli) -> None:
+    site = tmp_path / "site"
+    make_distribution(site, dist="broken-kv", version="2.1", entry_point="brk", source="raise ImportError('no numpy')")
+
+    listed = run_cli("plugins", "list", env={"PYTHONPATH": str(site)})
+
+    assert listed.returncode == 0
+    assert "pip install --force-reinstall broken-kv)" in listed.stdout
+    assert "RALLYPOINT_DISABLE_PLUGINS=brk" in listed.stdout
+
+
+def test_a_disabled_plugin_is_reported_as_disabled_when_selected(tmp_path, run_cli) -> None:
+    (tmp_path / "job.toml").write_text('[widgets]\nbackend = "cogs"\n')
+
+    result = run_cli("config", "check", "job.toml", env={"RALLYPOINT_DISABLE_PLUGINS": "cogs"})
 
     assert result.returncode == 2
-    assert "Traceback" not in result.stderr
-    assert result.stderr == (
-        "error: plugin typo (typo-kv 0.3) implements 'rallypoint_widget_backend', a hook that no installed "
-        "package declares; did you mean 'rallypoint_widget_backends'? Fix the hook name in the plugin, "
-        "install the package that declares it, or disable the plugin with RALLYPOINT_DISABLE_PLUGINS=typo\n"
-    )
+    assert "'cogs' is provided by the plugin 'cogs', which is disabled by RALLYPOINT_DISABLE_PLUGINS" in result.stderr
 
 
 def test_an_os_error_about_a_path_names_the_path_and_what_to_check(cli_with_subcommands, capsys, monkeypatch) -> None:

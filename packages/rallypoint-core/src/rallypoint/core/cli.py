@@ -93,12 +93,17 @@ class PluginGroup(click.Group):
 def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
     if not value or ctx.resilient_parsing:
         return
-    from rallypoint.core.plugins import essential_distributions
+    from rallypoint.core.plugins import installed_plugins, rallypoint_distributions
 
-    found = essential_distributions()  # core first, then the essential packages
+    found = rallypoint_distributions()  # core first, then every other rallypoint distribution
     click.echo(f"rallypoint {found[0][1] or 'unknown'}")
     for distribution, version in found:
         click.echo(f"  {distribution} {version or 'unknown'}")
+    plugins = installed_plugins()
+    if plugins:
+        click.echo("plugins:")
+    for name, dist, dist_version in plugins:
+        click.echo(f"  {name} ({dist or 'unknown distribution'} {dist_version or ''})".replace(" )", ")"))
     ctx.exit(0)
 
 
@@ -109,7 +114,7 @@ def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> 
     expose_value=False,
     is_eager=True,
     callback=_print_version,
-    help="Show the versions of core and the essential packages installed, and exit.",
+    help="Show every installed rallypoint distribution and plugin with its version, and exit.",
 )
 def cli() -> None:
     """rallypoint: launch and coordinate distributed PyTorch training.

@@ -187,3 +187,67 @@ def config_check(job_file: str, set_values: tuple[str, ...], as_json: bool) -> i
         click.echo(render_resolved(resolved), nl=False)
         click.echo(f"\n{job_file}: ok", err=True)
     return 0
+
+
+def _sources(resolved: Any) -> dict[str, str]:
+    """Every value's key path and where it was set (``default`` when nowhere)."""
+    from rallypoint.core.config.render import resolved_as_dict
+
+    out: dict[str, str] = {}
+
+    def walk(prefix: str, value: Any) -> None:
+        if isinstance(value, dict) and value and (prefix.count(".") < 1 or prefix.endswith(".options")):
+            for key, item in value.items():
+                walk(f"{prefix}.{key}", item)
+        else:
+            out[prefix] = resolved.loaded.source_of(prefix, inherit=False)
+
+    data = resolved_as_dict(resolved)
+    data.pop("plugins", None)
+    for section, values in data.items():
+        walk(section, values)
+    return out
+
+
+@config.command("show")
+@click.argument("job_file", required=False, type=click.Path(dir_okay=False, path_type=str))
+@click.option("--set", "-s", "set_values", multiple=True, metavar="KEY=VALUE", help="Override a key (repeatable).")
+@click.option("--json", "as_json", is_flag=True, help="Print {config, sources, plugins} as JSON.")
+def config_show(job_file: str | None, set_values: tuple[str, ...], as_json: bool) -> int:
+    """Show the resolved job (JOB_FILE, RALLYPOINT_* variables, --set) with the source of every value.
+
+    Without JOB_FILE, the defaults and the RALLYPOINT_* variables are shown. Each value is
+    followed by where it was set: the file, a variable, a flag, or the default. `rallypoint run
+    --dry-run` shows the same for a torchrun-style command line.
+    """
+    from rallypoint.core.config import load_job_config, render_resolved, resolve_config
+    from rallypoint.core.config.render import resolved_as_dict
+
+    pm = plugin_manager()
+    resolved = resolve_config(load_job_config(job_file, pm, overrides=_parse_set(set_values)), pm)
+    if as_json:
+        data = resolved_as_dict(resolved)
+        plugins = data.pop("plugins")
+        click.echo(json.dumps({"config": data, "sources": _sources(resolved), "plugins": plugins}, indent=2))
+    else:
+        click.echo(render_resolved(resolved), nl=False)
+    return 0
+
+
+@config.command("schema")
+@click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=str), help="Write to a file instead.")
+def config_schema(output: str | None) -> int:
+    """Print the JSON Schema of a job file, plugin options included (for editors).
+
+    Every section the installed packages declare, and for each plugin selector (such as
+    rendezvous.backend) the options of each installed plugin, chosen by the selector's value.
+    """
+    from rallypoint.core.json_schema import job_json_schema
+
+    text = json.dumps(job_json_schema(plugin_manager()), indent=2)
+    if output:
+        with open(output, "w", encoding="utf-8") as handle:
+            handle.write(text + "\n")
+    else:
+        click.echo(text)
+    return 0

@@ -110,13 +110,16 @@ class PluginLoadError(PluginError):
     """A plugin could not be imported or registered."""
 
     def __init__(self, plugin: str, distribution: str, cause: BaseException) -> None:
+        # "dist 1.0", or "plugin (dist 1.0)": the reinstall hint names the distribution
+        distribution = distribution.partition("(")[2].rstrip(")") if "(" in distribution else distribution
         self.plugin = plugin
         self.distribution = distribution
         self.cause = cause
+        dist = distribution.split()[0] if distribution and not distribution.startswith("unknown") else None
+        reinstall = f"Reinstall it (pip install --force-reinstall {dist}), or" if dist else "Fix it, or"
         super().__init__(
             f"plugin {plugin!r} ({distribution}) failed to load: {type(cause).__name__}: {cause}. "
-            f"Reinstall it (pip install --force-reinstall {distribution.split()[0]}), "
-            f"or disable it with RALLYPOINT_DISABLE_PLUGINS={plugin}"
+            f"{reinstall} disable it with RALLYPOINT_DISABLE_PLUGINS={plugin}"
         )
 
 

@@ -26,6 +26,7 @@ Environment controls:
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.metadata
 import importlib.util
@@ -54,6 +55,8 @@ __all__ = [
     "ESSENTIAL_GROUP",
     "PROJECT_NAME",
     "essential_distributions",
+    "installed_plugins",
+    "rallypoint_distributions",
     "LoadFailure",
     "PluginInfo",
     "PluginLoadWarning",
@@ -112,10 +115,18 @@ class PluginInfo:
 
 @dataclass(frozen=True)
 class LoadFailure:
-    """A plugin that could not be loaded, kept so that selecting it explains why it is missing."""
+    """A plugin that could not be loaded, kept so that selecting it explains why it is missing.
+
+    Attributes:
+        info: the plugin.
+        error: why it could not be loaded.
+        provides: the record names it would have registered, where they could be learnt (a
+            plugin with a misspelled hook): a job selecting one of them gets ``error``.
+    """
 
     info: PluginInfo
-    error: PluginLoadError
+    error: PluginError
+    provides: frozenset[str] = frozenset()
 
 
 def _version_of(distribution: str) -> str | None:
@@ -149,6 +160,8 @@ class RallypointPluginManager(pluggy.PluginManager):
         #: which plugin declared what: ``"plugin kind <hook>"``, ``"config key <key>"`` and
         #: ``"config section <name>"`` to the plugin's name
         self.declared_by: dict[str, str] = {}
+        #: plugins registered from the ``rallypoint`` entry-point group (third-party ones included)
+        self.from_entry_points: set[str] = set()
 
     def register(self, plugin: object, name: str | None = None) -> str | None:
         """Register ``plugin`` (see :meth:`pluggy.PluginManager.register`); forgets cached declarations."""
@@ -269,7 +282,7 @@ class RallypointPluginManager(pluggy.PluginManager):
                             raise PluginConflictError(key[0], key[1], first.describe(), info.describe())
                         mine[key] = info
             except Exception as exc:  # noqa: BLE001 - one broken plugin must not hide the others
-                self._fail(info, PluginLoadError(info.name, info.describe(), exc))
+                self._fail(info, exc)
                 continue
             owners.update(mine)
             self.declared_by.update({f"{what} {name}": info.name for what, name in mine})
@@ -277,10 +290,24 @@ class RallypointPluginManager(pluggy.PluginManager):
         return out
 
     def failure_named(self, name: str) -> LoadFailure | None:
-        """The load failure of the plugin called ``name``, if it failed to load."""
+        """Why ``name`` is missing: the load failure of the plugin called so or known to provide it.
+
+        A plugin disabled with ``RALLYPOINT_DISABLE_PLUGINS`` whose name is ``name`` is reported
+        as disabled (not as missing).
+        """
+        from rallypoint.core.records import normalize_name
+
+        wanted = normalize_name(name)
         for failure in self.load_failures:
-            if failure.info.name == name:
+            if normalize_name(failure.info.name) == wanted or wanted in failure.provides:
                 return failure
+        disabled = next((d for d in self.disabled if normalize_name(d) == wanted), None)
+        if disabled is not None:
+            error = PluginError(
+                f"{name!r} is provided by the plugin {disabled!r}, which is disabled by "
+                f"{DISABLE_PLUGINS_ENV}; remove {disabled} from that variable to use it"
+            )
+            return LoadFailure(PluginInfo(disabled, None, None), error)
         return None
 
     def _fail(self, info: PluginInfo, exc: BaseException) -> None:
@@ -302,6 +329,29 @@ def essential_distributions() -> list[tuple[str, str | None]]:
         if ep.dist is not None and ep.dist.name not in {name for name, _ in found}:
             found.append((ep.dist.name, ep.dist.version))
     return found
+
+
+def rallypoint_distributions() -> list[tuple[str, str | None]]:
+    """Core and the essential packages, then every distribution that installs a plugin, with versions.
+
+    Read from entry-point metadata only: nothing is imported.
+    """
+    found = essential_distributions()
+    names = {name for name, _ in found}
+    extra: dict[str, str | None] = {}
+    for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        if ep.dist is not None and ep.dist.name not in names:
+            extra[ep.dist.name] = ep.dist.version
+    return found + sorted(extra.items())
+
+
+def installed_plugins() -> list[tuple[str, str | None, str | None]]:
+    """``(plugin, distribution, version)`` of every ``rallypoint`` entry point, without importing it."""
+    out = []
+    for ep in sorted(importlib.metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
+        dist = ep.dist
+        out.append((ep.name, dist.name if dist is not None else None, dist.version if dist is not None else None))
+    return out
 
 
 def _load_core(pm: RallypointPluginManager) -> None:
@@ -342,6 +392,9 @@ def _load_entry_points(pm: RallypointPluginManager, group: str) -> None:
             pm.register_plugin(plugin, info)
         except Exception as exc:  # noqa: BLE001 - a broken plugin must not break the others
             pm._fail(info, exc)
+            continue
+        if not essential:
+            pm.from_entry_points.add(ep.name)
 
 
 def _set_aside_orphans(pm: RallypointPluginManager) -> None:
@@ -440,6 +493,7 @@ def get_plugin_manager(
         pm.register_plugin(plugin, PluginInfo(plugin_name, dist, _version_of(dist) if dist else None))
 
     _set_aside_orphans(pm)
+    _set_aside_misspelled(pm)
     try:
         pm.check_pending()
     except pluggy.PluginValidationError as exc:
@@ -458,23 +512,62 @@ class UnknownHookError(PluginError, pluggy.PluginValidationError):
         pluggy.PluginValidationError.__init__(self, plugin, message)
 
 
-def _hook_error(pm: RallypointPluginManager, exc: pluggy.PluginValidationError) -> UnknownHookError:
-    from rallypoint.core.errors import did_you_mean
-
-    info = pm.info_for(exc.plugin)
-    known = [name for name in vars(pm.hook) if getattr(pm.hook, name).has_spec()]
-    unknown = [
+def _unknown_hooks(pm: RallypointPluginManager, plugin: object) -> list[str]:
+    """The hooks ``plugin`` implements that no specification declares."""
+    return [
         name
         for name in vars(pm.hook)
         if not name.startswith("_")
+        and isinstance(getattr(pm.hook, name), pluggy.HookCaller)
         and not getattr(pm.hook, name).has_spec()
-        and any(impl.plugin is exc.plugin for impl in getattr(pm.hook, name).get_hookimpls())
+        and any(impl.plugin is plugin for impl in getattr(pm.hook, name).get_hookimpls())
     ]
-    hook = unknown[0] if unknown else "?"
+
+
+def _closest_hook(pm: RallypointPluginManager, hook: str) -> str | None:
+    from rallypoint.core.errors import did_you_mean
+
+    known = [name for name in vars(pm.hook) if getattr(pm.hook, name).has_spec()]
     # compare what follows the shared "rallypoint_" prefix, which would make every hook look alike
     prefix = f"{PROJECT_NAME}_"
     stem = did_you_mean(hook.removeprefix(prefix), [k.removeprefix(prefix) for k in known])
-    guess = next((k for k in known if k.removeprefix(prefix) == stem), None) if stem else None
+    return next((k for k in known if k.removeprefix(prefix) == stem), None) if stem else None
+
+
+def _set_aside_misspelled(pm: RallypointPluginManager) -> None:
+    """Turn an installed plugin implementing an unknown hook (a misspelling) into a load failure.
+
+    One broken third-party plugin must not stop every command: it is unregistered and reported
+    (``rallypoint plugins list``, a warning), and a job selecting a name it would have registered
+    through the misspelled hook gets the error. Plugins of essential packages and plugins passed
+    in code still make :func:`get_plugin_manager` raise.
+    """
+    from rallypoint.core.records import normalize_name
+
+    for name in sorted(pm.from_entry_points):
+        plugin = pm.get_plugin(name)
+        unknown = _unknown_hooks(pm, plugin) if plugin is not None else []
+        if not unknown:
+            continue
+        error = _hook_error(pm, pluggy.PluginValidationError(plugin, "unknown hook"))
+        provides: set[str] = set()
+        for hook in unknown:
+            for impl in getattr(pm.hook, hook).get_hookimpls():
+                if impl.plugin is plugin and _closest_hook(pm, hook) and not impl.argnames:
+                    # what it meant to register: a job that selects it is told why it is missing
+                    with contextlib.suppress(Exception):  # the plugin is broken already; its names are a bonus
+                        provides.update(normalize_name(r.name) for r in impl.function() or () if hasattr(r, "name"))
+        pm.unregister(plugin)
+        pm.from_entry_points.discard(name)
+        pm.load_failures.append(LoadFailure(pm.infos[name], error, frozenset(provides)))
+        warnings.warn(str(error), PluginLoadWarning, stacklevel=3)
+
+
+def _hook_error(pm: RallypointPluginManager, exc: pluggy.PluginValidationError) -> UnknownHookError:
+    info = pm.info_for(exc.plugin)
+    unknown = _unknown_hooks(pm, exc.plugin)
+    hook = unknown[0] if unknown else "?"
+    guess = _closest_hook(pm, hook)
     hint = f"; did you mean {guess!r}?" if guess else "."
     return UnknownHookError(
         exc.plugin,
