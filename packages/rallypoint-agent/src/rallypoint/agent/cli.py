@@ -12,6 +12,7 @@ are applied over the file (and over ``RALLYPOINT_*`` variables), like ``--set KE
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import replace
 from pathlib import Path
@@ -28,7 +29,6 @@ if TYPE_CHECKING:
     from rallypoint.agent.plan import JobPlan
     from rallypoint.core.config import ResolvedConfig
     from rallypoint.core.plugins import RallypointPluginManager
-    from rallypoint.rendezvous.backend import RendezvousBackend
 
 __all__ = ["run", "status"]
 
@@ -280,32 +280,50 @@ def _dry_run(resolved: ResolvedConfig, plan: JobPlan) -> int:
 
 @click.command()
 @click.argument("job_file", required=False)
-@click.option("--rdzv-backend", metavar="NAME", help="Rendezvous backend (rendezvous.backend).")
-@click.option("--rdzv-endpoint", metavar="VALUE", help="Backend endpoint, e.g. a directory for 'file'.")
-@click.option("--run-id", "--rdzv-id", "run_id", metavar="ID", help="The job's run id.")
+@click.option("--rdzv-backend", "--rdzv_backend", "rdzv_backend", metavar="NAME", help="Rendezvous backend.")
+@click.option("--rdzv-endpoint", "--rdzv_endpoint", "rdzv_endpoint", metavar="VALUE", help="Backend endpoint.")
+@click.option("--run-id", "--rdzv-id", "--rdzv_id", "run_id", metavar="ID", help="The job's run id.")
 @click.option("--set", "-s", "set_values", multiple=True, metavar="KEY=VALUE", help="Override any job key.")
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print the job as JSON (once, or one line per change with --watch)."
+)
+@click.option("--watch", "-w", is_flag=True, help="Redraw every --interval until the job ends.")
+@click.option("--interval", type=float, default=1.0, show_default=True, metavar="SECONDS", help="--watch period.")
 def status(
     job_file: str | None,
     rdzv_backend: str | None,
     rdzv_endpoint: str | None,
     run_id: str | None,
     set_values: tuple[str, ...],
+    as_json: bool,
+    watch: bool,
+    interval: float,
 ) -> int:
-    """Show a running job's rendezvous: round, members, nodes waiting, restarts, failures."""
+    """Show a job's rendezvous: round, nodes, per-rank state, restarts, failures, and how it ended.
+
+    A closed job says whether it succeeded or failed (exit 0 either way; 1 when the backend
+    holds nothing under the run id). --watch redraws the table until the job ends (on a
+    terminal in place; otherwise each change is printed); --json prints the same as JSON.
+    """
     from rallypoint.agent.config import NodesSection
+    from rallypoint.agent.status_view import render, snapshot
+    from rallypoint.agent.torchrun_flags import endpoint_value
     from rallypoint.core.cli import plugin_manager
     from rallypoint.core.commands import _parse_set
     from rallypoint.rendezvous.config import RendezvousSection
+    from rallypoint.rendezvous.errors import RendezvousStateError
     from rallypoint.rendezvous.factory import backend_record, open_backend
 
     overrides: list[tuple[str, Any, str]] = []
     if rdzv_backend:
-        overrides.append(("rendezvous.backend", rdzv_backend, f"--rdzv-backend {_FLAG}"))
+        backend_name = {"c10d": "grpc", "etcd-v2": "etcd"}.get(rdzv_backend, rdzv_backend)
+        overrides.append(("rendezvous.backend", backend_name, f"--rdzv-backend {_FLAG}"))
     if run_id:
         overrides.append(("rendezvous.run_id", run_id, f"--run-id {_FLAG}"))
     overrides += _parse_set(set_values)
     pm = plugin_manager()
-    resolved = _resolve(job_file, overrides, rdzv_endpoint, pm)
+    endpoint = endpoint_value({"rdzv_backend": rdzv_backend}, rdzv_endpoint)
+    resolved = _resolve(job_file, overrides, endpoint, pm)
     section, nodes = resolved.section(RendezvousSection), resolved.section(NodesSection)
     selection = resolved.selection("rendezvous.backend")
     assert selection is not None, "the rendezvous package declares rendezvous.backend"
@@ -317,36 +335,69 @@ def status(
         raise click.UsageError("give the job's run id: --run-id ID (or rendezvous.run_id in the job file)")
     if selection.options is not None and "read_only" in type(selection.options).model_fields:  # status only reads
         selection = replace(selection, options=selection.options.model_copy(update={"read_only": True}))
-    backend = open_backend(selection, section.run_id)
     limits = f" (min {nodes.min}, max {nodes.max_nodes})" if job_file else ""
-    return _show_status(backend, section.run_id, limits)
-
-
-def _show_status(backend: RendezvousBackend, run_id: str, limits: str) -> int:
-    """Print what the backend holds about the job; 1 when it holds nothing."""
-    from rallypoint.rendezvous.state import HEADER_KEY, Header, count_key
-
-    entry = backend.get(HEADER_KEY)
-    if entry is None and backend.get(count_key(0)) is None:
-        click.echo(f"run {run_id!r}: no rendezvous state (not started, or another backend/endpoint)")
+    run = section.run_id
+    if watch:
+        return _watch(_reader(selection, run), as_json, interval, limits)
+    try:
+        snap = snapshot(open_backend(selection, run), run)
+        missing = f"run {run!r}: no rendezvous state (not started, or another backend/endpoint)"
+    except RendezvousStateError as exc:  # a read-only backend finds no state for the run
+        if not as_json:
+            raise
+        snap, missing = None, str(exc)
+    if snap is None:
+        click.echo(json.dumps({"run_id": run, "found": False, "error": missing}) if as_json else missing)
         return 1
-    header = Header.from_json(entry.value) if entry is not None else Header()  # round 0 still gathering
-    restarts = backend.get("agent/restarts")
-    failures = backend.list("agent/failures/")
-    joined = backend.get(count_key(header.round))
-    waiting = backend.get(count_key(header.round + 1))
-    state = "closed" if header.closed else ("running" if header.complete else "gathering nodes")
-    click.echo(f"run:       {run_id}")
-    click.echo(f"round:     {header.round} ({state})")
-    if header.closed:  # the job is over: how it ended (a run id is not used again)
-        click.echo(f"ended:     {header.reason or 'closed'}{' (failed)' if header.failed else ''}")
-    if header.complete:
-        click.echo(f"members:   {len(header.participants)}")
-        for rank, member in enumerate(header.participants):
-            click.echo(f"  {rank}: {member.node_id}")
-        click.echo(f"waiting:   {int(waiting.value) if waiting else 0}")
-    else:
-        click.echo(f"joined:    {int(joined.value) if joined else 0}{limits}")
-    click.echo(f"restarts:  {int(restarts.value) if restarts else 0}")
-    click.echo(f"failures:  {len(failures)}")
+    click.echo(json.dumps(snap, indent=2) if as_json else render(snap, limits))
+    return 0
+
+
+def _reader(selection: Any, run_id: str) -> Any:
+    """``--watch``'s read: ``None`` until the job's rendezvous state exists (a job not started yet)."""
+    from rallypoint.agent.status_view import snapshot
+    from rallypoint.rendezvous.errors import RendezvousStateError
+    from rallypoint.rendezvous.factory import open_backend
+
+    opened: list[Any] = []
+
+    def read() -> Any:
+        if not opened:
+            try:
+                opened.append(open_backend(selection, run_id))
+            except RendezvousStateError:  # read-only backends refuse a run that has no state yet
+                return None
+        return snapshot(opened[0], run_id)
+
+    return read
+
+
+def _watch(read: Any, as_json: bool, interval: float, limits: str) -> int:
+    """``status --watch``: redraw in place on a terminal, print each change otherwise (JSON: one line each)."""
+    import sys
+
+    from rallypoint.agent.status_view import watch
+
+    tty = sys.stdout.isatty() and not as_json
+
+    def show(text: str, changed: bool) -> None:
+        if tty:
+            click.echo("\x1b[H\x1b[2J" + text, nl=True)
+        elif changed:
+            click.echo(text + "\n")
+
+    if as_json:
+        last: list[str] = []
+
+        def read_json() -> Any:
+            snap = read()
+            line = json.dumps(snap, separators=(",", ":"))
+            if not last or line != last[-1]:
+                click.echo(line)
+                last.append(line)
+            return snap
+
+        watch(read_json, lambda _text, _changed: None, interval=max(interval, 0.05), limits=limits)
+        return 0
+    watch(read, show, interval=max(interval, 0.05), limits=limits)
     return 0
