@@ -197,3 +197,13 @@ def test_torch_nn_and_optim_are_allowed_by_default_but_not_names_they_import(gro
             group[0].call(group[1].info, {"op": "call", "fn": "torch.nn.functional:has_torch_function"}, {}, 5, "x")
         with pytest.raises(rpc.RpcRefused, match="not exposed"):
             group[0].call(group[1].info, {"op": "call", "fn": "torch.serialization:load"}, {}, 5, "x")
+
+
+def test_a_worker_dying_further_down_the_chain_is_named_at_the_origin(group: list[RpcAgent]) -> None:
+    with use_agent(group[0]), dist_autograd.context() as ctx_id:
+        x = torch.randn(2, 2, requires_grad=True)
+        out = rpc.rpc_sync("w1", relay, args=("w2", x, torch.ones(2, 2, requires_grad=True)))
+        group[2].transport.kill()  # type: ignore[attr-defined]
+        with pytest.raises(rpc.RpcError, match=r"worker w2 \(rank 2, local:\d+\) is unavailable.*raised on w1"):
+            dist_autograd.backward(ctx_id, [out.sum()])
+        _wait_for(lambda: len(dist_autograd.table(group[1])) == 0, "w1 released the context")
