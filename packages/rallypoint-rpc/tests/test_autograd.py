@@ -207,3 +207,67 @@ def test_a_worker_dying_further_down_the_chain_is_named_at_the_origin(group: lis
         with pytest.raises(rpc.RpcError, match=r"worker w2 \(rank 2, local:\d+\) is unavailable.*raised on w1"):
             dist_autograd.backward(ctx_id, [out.sum()])
         _wait_for(lambda: len(dist_autograd.table(group[1])) == 0, "w1 released the context")
+
+
+@rpc.expose
+def echo(value: Any) -> Any:
+    return value
+
+
+def test_async_calls_and_rref_proxies_record_in_the_context(group: list[RpcAgent]) -> None:
+    with use_agent(group[0]):
+        x = torch.randn(3, requires_grad=True)
+        counter = rpc.remote("w2", echo, args=(torch.ones(3),))
+        with dist_autograd.context() as ctx_id:
+            fut = rpc.rpc_async("w1", echo, args=(x,))  # the reply is decoded in a transport thread
+            doubled = fut.wait() * 2
+            fetched = rpc.remote("w1", echo, args=(x,)).to_here()
+            dist_autograd.backward(ctx_id, [(doubled + fetched * counter.to_here()).sum()])
+            torch.testing.assert_close(dist_autograd.get_gradients(ctx_id)[x], torch.full((3,), 3.0))
+
+
+@pytest.mark.parametrize(
+    "header",
+    [
+        {"op": "ad_grad", "ctx": "nope", "send": 0},
+        {"op": "ad_grad", "ctx": True, "send": 0},
+        {"op": "ad_grad", "ctx": 12345, "send": 0},  # unknown context
+        {"op": "ad_release", "ctx": [1]},
+        {"op": "call", "fn": "no.such:function", "ad": -1},
+        {"op": "call", "fn": "no.such:function", "ad": "x"},
+    ],
+)
+def test_malformed_autograd_messages_are_errors_not_crashes(group: list[RpcAgent], header: dict[str, Any]) -> None:
+    with pytest.raises(rpc.RpcError):
+        group[0].call(group[1].info, dict(header), {"grad": torch.ones(2)}, 5, "forged")
+    with use_agent(group[0]):  # the worker still answers
+        assert rpc.rpc_sync("w1", echo, args=(1,)) == 1
+
+
+def test_gradients_for_unknown_sends_wrong_shapes_and_forged_tags_are_refused(group: list[RpcAgent]) -> None:
+    with use_agent(group[0]), dist_autograd.context() as ctx_id:
+        out = rpc.rpc_sync("w1", echo, args=(torch.ones(2, requires_grad=True),))  # w0 kept send 0
+        assert out.requires_grad
+        for send, grad in [(7, torch.ones(2)), (0, torch.ones(3)), (0, "not a tensor")]:
+            header = {"op": "ad_grad", "ctx": ctx_id, "send": send}
+            with pytest.raises(rpc.SerializationError, match="gradient for unknown tensor"):
+                group[1].call(group[0].info, header, {"grad": grad}, 5, "forged gradient")
+        for tag in [[ctx_id, "w9", 0], [ctx_id, "w0"], "tag"]:
+            tree = {"$": "tensor", "dtype": "float32", "shape": [1], "strides": [1], "b": 0, "ad": tag}
+            with pytest.raises(rpc.SerializationError, match=r"autograd tag|unknown worker"):
+                group[1].decoder.decode(tree, [bytearray(4)])
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU visible")
+def test_a_remote_module_on_a_gpu(group: list[RpcAgent]) -> None:
+    with use_agent(group[0]):
+        layer = rpc.RemoteModule("w1/cuda:0", torch.nn.Linear, args=(4, 2))
+        params = layer.remote_parameters()
+        x = torch.randn(3, 4, requires_grad=True)
+        with dist_autograd.context() as ctx_id:
+            out = layer(x)
+            assert out.device.type == "cpu"  # tensors travel through host memory
+            dist_autograd.backward(ctx_id, [out.sum()])
+            weight = params[0].to_here()
+            torch.testing.assert_close(dist_autograd.get_gradients(ctx_id)[x], weight.sum(0).expand(3, 4).cpu())
