@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from pydantic import BaseModel
 
+from rallypoint.agent.console import agent_line
 from rallypoint.agent.env import WorkerContext, worker_environment
 from rallypoint.agent.error_files import read_error_file
 from rallypoint.agent.logs import Tee, WorkerLogs, tee_selects
@@ -197,8 +198,7 @@ class ElasticAgent:
     # -- messages ----------------------------------------------------------------------------
     def say(self, message: str) -> None:
         """Print one agent message, prefixed so it stands apart from worker output."""
-        stream = self.console or sys.stderr
-        print(f"[rallypoint {self.host}] {message}", file=stream, flush=True)
+        print(agent_line(self.host, message, self.console or sys.stderr), file=self.console or sys.stderr, flush=True)
 
     # -- main loop ---------------------------------------------------------------------------
     def run(self) -> AgentResult:

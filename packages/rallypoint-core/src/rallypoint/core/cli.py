@@ -142,7 +142,7 @@ def _show_warning(
     from rallypoint.core.plugins import PluginLoadWarning
 
     if issubclass(category, PluginLoadWarning):
-        click.echo(f"warning: {message}", err=True)
+        click.echo(f"{_red('warning:', yellow=True)} {message}", err=True)
     else:
         click.echo(warnings.formatwarning(message, category, filename, lineno, line), err=True, nl=False)
 
@@ -161,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
         exc.show()
         return EXIT_USAGE if isinstance(exc, click.UsageError) else exc.exit_code
     except RallypointError as exc:
-        click.echo(f"error: {exc}", err=True)
+        click.echo(f"{_red('error:')} {exc}", err=True)
         return exc.exit_code
     except KeyboardInterrupt:
         click.echo("interrupted", err=True)
@@ -171,11 +171,18 @@ def main(argv: list[str] | None = None) -> int:
             return _internal_error(exc)
         if os.environ.get(_DEBUG_ENV):
             traceback.print_exc()
-        click.echo(f"error: {_os_error(exc)}", err=True)
+        click.echo(f"{_red('error:')} {_os_error(exc)}", err=True)
         return EXIT_FAILURE
     except Exception as exc:  # noqa: BLE001 - never a bare traceback
         return _internal_error(exc)
     return result if isinstance(result, int) else 0
+
+
+def _red(text: str, *, yellow: bool = False) -> str:
+    """``text`` in red (or yellow) when stderr is a terminal and ``NO_COLOR`` is unset (or empty)."""
+    if os.environ.get("NO_COLOR") or os.environ.get("TERM") == "dumb" or not sys.stderr.isatty():
+        return text
+    return click.style(text, fg="yellow" if yellow else "red", bold=True)
 
 
 def _os_error(exc: OSError) -> str:
