@@ -159,3 +159,27 @@ def test_help_states_the_defaults_that_differ(capsys: pytest.CaptureFixture[str]
     text = capsys.readouterr().out
     assert "3 (torchrun: 0)" in text
     assert "runs/{run_id} (torchrun: a temporary directory)" in text
+
+
+LIGHT = """
+import sys
+from rallypoint.core.cli import main
+code = main(sys.argv[1:])
+heavy = sorted(m for m in ("torch", "grpc", "etcd3", "numpy") if m in sys.modules)
+print("HEAVY=" + ",".join(heavy))
+"""
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["--help"], ["--version"], ["run", "--help"], ["run", "--dry-run", "--nproc_per_node", "2", "train.py"],
+     ["config", "show"], ["config", "schema"], ["status", "--help"]],
+)  # fmt: skip
+def test_the_cli_stays_light(argv: list[str], tmp_path: Path) -> None:
+    """No torch, gRPC or etcd import for help, versions, config and status (nor a dry run)."""
+    (tmp_path / "train.py").write_text("")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RALLYPOINT_")}
+    proc = subprocess.run(
+        [sys.executable, "-c", LIGHT, *argv], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert proc.stdout.splitlines()[-1] == "HEAVY=", proc.stdout[-2000:] + proc.stderr
