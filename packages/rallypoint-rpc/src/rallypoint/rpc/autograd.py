@@ -55,7 +55,7 @@ class DistContext:
 
     def __init__(self, agent: Any, ctx_id: int) -> None:
         self.id = ctx_id
-        self.agent = agent
+        self._agent = weakref.ref(agent)  # the agent's table holds its contexts: no cycle through them
         self.lock = threading.Lock()
         self.grads: dict[torch.Tensor, torch.Tensor] = {}
         self.sends: dict[int, torch.Tensor] = {}
@@ -64,6 +64,11 @@ class DistContext:
         # the input of every recv node: makes the node part of the graph that reaches the leaves
         self.anchor = torch.empty(0, requires_grad=True)
         setattr(self.anchor, _MARK, True)
+
+    @property
+    def agent(self) -> Any:
+        """The worker's agent."""
+        return _alive(self._agent)
 
     def add_peer(self, name: str) -> None:
         """Note a worker this context was sent to (or came from)."""
@@ -89,11 +94,16 @@ class ContextTable:
     """The contexts one worker takes part in."""
 
     def __init__(self, agent: Any) -> None:
-        self.agent = agent
+        self._agent = weakref.ref(agent)  # a value of _TABLES, which is keyed by the agent itself
         self._lock = threading.Lock()
         self._contexts: dict[int, DistContext] = {}
         self._released: OrderedDict[int, None] = OrderedDict()
         self._counter = itertools.count()
+
+    @property
+    def agent(self) -> Any:
+        """The worker's agent."""
+        return _alive(self._agent)
 
     def __len__(self) -> int:
         with self._lock:
@@ -160,6 +170,13 @@ class ContextTable:
                 peer = self.agent.worker(name)
                 fut = self.agent.send(peer, {"op": "ad_release", "ctx": ctx_id}, {}, None, f"release context {ctx_id}")
                 fut._add_callback(lambda f: f.exception())
+
+
+def _alive(ref: weakref.ref[Any]) -> Any:
+    agent = ref()
+    if agent is None:
+        raise RpcError("the RPC agent of this distributed autograd context is gone (RPC was shut down)")
+    return agent
 
 
 _TABLES: weakref.WeakKeyDictionary[Any, ContextTable] = weakref.WeakKeyDictionary()
