@@ -204,8 +204,11 @@ def test_a_worker_dying_further_down_the_chain_is_named_at_the_origin(group: lis
         x = torch.randn(2, 2, requires_grad=True)
         out = rpc.rpc_sync("w1", relay, args=("w2", x, torch.ones(2, 2, requires_grad=True)))
         group[2].transport.kill()  # type: ignore[attr-defined]
-        with pytest.raises(rpc.RpcError, match=r"worker w2 \(rank 2, local:\d+\) is unavailable.*raised on w1"):
+        with pytest.raises(rpc.WorkerUnavailable, match=r"worker w2 \(rank 2, local:\d+\) is unavailable") as lost:
             dist_autograd.backward(ctx_id, [out.sum()])
+        assert isinstance(lost.value, dist_autograd.UnavailableInBackward)
+        assert lost.value.worker.startswith("w2 ")
+        assert "found by w1 in the backward pass" in str(lost.value)
         _wait_for(lambda: len(dist_autograd.table(group[1])) == 0, "w1 released the context")
 
 

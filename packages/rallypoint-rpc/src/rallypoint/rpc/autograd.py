@@ -33,14 +33,29 @@ from typing import Any
 
 import torch
 
-from rallypoint.rpc.errors import RpcError, SerializationError
+from rallypoint.rpc.errors import RpcError, SerializationError, WorkerUnavailable
 from rallypoint.rpc.gradctx import ACTIVE, Active
 
-__all__ = ["backward", "context", "get_gradients"]
+__all__ = ["UnavailableInBackward", "backward", "context", "get_gradients"]
 
 _RELEASED_KEPT = 65536  # ids of released contexts remembered per worker (late messages are refused)
 _MARK = "_rallypoint_recv_anchor"
 _LOCAL = threading.local()  # .pending: futures of the gradient messages sent by the backward pass running here
+
+
+class UnavailableInBackward(WorkerUnavailable):
+    """A worker the backward pass needed is gone, found by another worker down the chain.
+
+    A :class:`~rallypoint.rpc.WorkerUnavailable` (``worker`` names the dead worker) that keeps
+    its type on its way back to the worker that called ``backward``.
+    """
+
+    def __init__(self, message: str, worker: str = "") -> None:
+        RpcError.__init__(self, message, worker)
+        self.worker = worker
+
+    def __str__(self) -> str:
+        return str(self.args[0])
 
 
 class DistContext:
@@ -393,6 +408,13 @@ def handle(agent: Any, tree: dict[str, Any], grad: Any) -> None:
         raise SerializationError(f"gradient for unknown tensor {send_id!r} of context {ctx_id} on {agent.info.name}")
     try:
         run_backward(ctx, [sent], [grad.to(device=sent.device, dtype=sent.dtype)])
+    except UnavailableInBackward:
+        contexts.release(ctx_id, None)
+        raise
+    except WorkerUnavailable as exc:
+        contexts.release(ctx_id, None)
+        found = f"{exc} (found by {agent.info.name} in the backward pass of context {ctx_id})"
+        raise UnavailableInBackward(found, exc.worker) from None
     except BaseException:
         contexts.release(ctx_id, None)
         raise
