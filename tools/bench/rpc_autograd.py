@@ -151,7 +151,8 @@ def _p90(samples: list[float]) -> float:
 def _report(times: Any, path: str, settings: str) -> dict[str, float]:
     lines = [
         "rpc_autograd: forward and backward through one remote nn.Linear(1024, 1024), x = 256 x 1024 float32",
-        "A rallypoint: rallypoint.rpc.autograd, grpc transport (safe serializer, token on every call)",
+        "A rallypoint: rallypoint.rpc.autograd, grpc transport (safe serializer, token on every call, "
+        f"same-host path {'on' if path == 'shm' else 'off'})",
         f"B torch:      torch.distributed.autograd over TensorPipe {path}",
         settings,
         f"{'figure':<9} {'side':<10}  {'median':>11}  {'p90':>11}  {'min':>11}  {'steps':>6}",
