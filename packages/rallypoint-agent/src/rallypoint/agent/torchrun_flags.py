@@ -111,7 +111,7 @@ TORCHRUN_FLAGS: tuple[TorchrunFlag, ...] = (
         metavar="NAME",
     ),
     _f("--rdzv-endpoint", "Backend endpoint: HOST[:PORT] for grpc/c10d and etcd, a directory for file.", metavar="EP"),
-    _f("--rdzv-id", "Run id shared by every node (rendezvous.run_id); alias --run-id.", metavar="ID"),
+    _f("--rdzv-id", "Run id shared by every node (rendezvous.run_id); also --run-id.", metavar="ID"),
     _f(
         "--rdzv-conf",
         "K=V,... : join/last_call/close timeouts, keep_alive_interval, is_host, backend options.",
@@ -254,14 +254,14 @@ def torchrun_options(command: Callable[..., Any]) -> Callable[..., Any]:
         if flag.dest in _OWN:
             continue
         names = list(flag.names)
-        if flag.dest == "rdzv_id":
-            names.insert(0, "--run-id")
         kwargs: dict[str, Any] = {"help": flag.help, "hidden": flag.refused is not None and not flag.keep_default}
         if flag.is_flag:
             kwargs["is_flag"] = True
         else:
             kwargs["metavar"] = flag.metavar
         command = click.option(*names, flag.dest, **kwargs)(command)
+        if flag.dest == "rdzv_id":  # rallypoint's own name for it, kept apart so errors name the one typed
+            command = click.option("--run-id", "run_id", metavar="ID", help="Same as --rdzv-id.")(command)
     return command
 
 
@@ -342,7 +342,7 @@ def _redirects(value: str, tee_given: bool) -> list[Override]:
     )
 
 
-def _static(flags: Mapping[str, Any], run_id: str | None) -> list[Override]:
+def _static(flags: Mapping[str, Any], run_id: tuple[str, str] | None) -> list[Override]:
     """Static rendezvous as the grpc backend at MASTER_ADDR:MASTER_PORT, group ranks from ``--node-rank``."""
     from rallypoint.core.errors import ConfigError, ConfigIssue
 
@@ -364,7 +364,7 @@ def _static(flags: Mapping[str, Any], run_id: str | None) -> list[Override]:
     return [
         ("rendezvous.backend", "grpc", _src(which)),
         ("rendezvous.options.endpoint", endpoint, _src("--master-addr/--master-port")),
-        ("rendezvous.run_id", run_id or "none", _src("--rdzv-id" if run_id else "--node-rank")),
+        ("rendezvous.run_id", run_id[0] if run_id else "none", _src(run_id[1] if run_id else "--node-rank")),
         ("ranks.strategy", "env", _src("--node-rank")),
         ("ranks.options", {"source": "torch", "level": "node"}, _src("--node-rank")),
     ]
@@ -376,6 +376,22 @@ def _int(text: str, flag: str) -> int:
     if not text.strip().isdigit() or len(text.strip()) > 9:
         raise ConfigError([ConfigIssue(_src(flag), "", f"expected a non-negative number, got {text[:40]!r}")])
     return int(text)
+
+
+def _run_id(flags: Mapping[str, Any]) -> tuple[str, str] | None:
+    """The run id and the flag that gave it (``--run-id`` before ``--rdzv-id``), or ``None``."""
+    for dest, flag in (("run_id", "--run-id"), ("rdzv_id", "--rdzv-id")):
+        if flags.get(dest) is not None:
+            return flags[dest], flag
+    return None
+
+
+def _number(text: str) -> Any:
+    """An integer flag as a number where it reads as one (the job's bounds then apply), else as given."""
+    stripped = text.strip()
+    if len(stripped) <= 4000 and re.fullmatch(r"[+-]?[0-9]+", stripped):
+        return int(stripped)
+    return text
 
 
 def _seconds(text: str | None) -> Any:
@@ -441,7 +457,7 @@ def torchrun_overrides(flags: Mapping[str, Any], environ: Mapping[str, str]) -> 
         add("nodes.min", 1, "--standalone")
         add("nodes.max", 1, "--standalone")
     elif is_static(flags):
-        out += _static(flags, flags.get("rdzv_id"))
+        out += _static(flags, _run_id(flags))
     else:
         add("rendezvous.backend", backend, "--rdzv-backend")
     if flags.get("nproc_per_node") is not None:
@@ -451,9 +467,11 @@ def torchrun_overrides(flags: Mapping[str, Any], environ: Mapping[str, str]) -> 
         add("nodes.min", low, "--nnodes")
         add("nodes.max", high, "--nnodes")
     if not is_static(flags):
-        add("rendezvous.run_id", flags.get("rdzv_id"), "--rdzv-id")
+        given = _run_id(flags)
+        if given is not None:
+            add("rendezvous.run_id", *given)
     if flags.get("max_restarts") is not None:
-        add("agent.max_restarts", _int(str(flags["max_restarts"]), "--max-restarts"), "--max-restarts")
+        add("agent.max_restarts", _number(flags["max_restarts"]), "--max-restarts")
     add("agent.monitor_interval", _seconds(flags.get("monitor_interval")), "--monitor-interval")
     add("agent.log_dir", flags.get("log_dir"), "--log-dir")
     add("agent.tee", flags.get("tee"), "--tee")  # [agent] reads the text, torchrun's 0-3 included
