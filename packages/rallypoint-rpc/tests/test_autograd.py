@@ -274,3 +274,16 @@ def test_a_remote_module_on_a_gpu(group: list[RpcAgent]) -> None:
             dist_autograd.backward(ctx_id, [out.sum()])
             weight = params[0].to_here()
             torch.testing.assert_close(dist_autograd.get_gradients(ctx_id)[x], weight.sum(0).expand(3, 4).cpu())
+
+
+def test_backward_twice_in_one_context_accumulates(group: list[RpcAgent]) -> None:
+    with use_agent(group[0]), dist_autograd.context() as ctx_id:
+        x = torch.randn(3, 4, requires_grad=True)
+        w = torch.randn(4, 2, requires_grad=True)
+        loss = rpc.rpc_sync("w1", linear, args=(x, w)).sum()
+        dist_autograd.backward(ctx_id, [loss])
+        once = dist_autograd.get_gradients(ctx_id)
+        dist_autograd.backward(ctx_id, [loss])  # the graphs on both workers are still there
+        twice = dist_autograd.get_gradients(ctx_id)
+        torch.testing.assert_close(twice[x], 2 * once[x])
+        torch.testing.assert_close(twice[w], 2 * once[w])
