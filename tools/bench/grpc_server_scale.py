@@ -6,8 +6,13 @@ processes with N / procs threads each (threads, not asyncio: the handler is sync
 process sharing one channel. Handlers are built before the clock starts; all client processes
 are released together through one pipe. The time is release to the last ``next_rendezvous()``
 return; every node's result is checked (group ranks a permutation of 0..N-1, one round, world N).
-The server's CPU time (user + system, from /proc) and its peak resident memory are reported for
-the whole run and for the round alone.
+The server's CPU time (user + system, from /proc) during the round, its resident memory before
+and after and its peak are reported, and the client processes' CPU time during the round.
+
+The handlers of one client process share the process's roster cache
+(:mod:`rallypoint.rendezvous.roster`): the round's membership record is fetched and parsed once
+per process, not once per handler. Every other call (check-in, ticket, join record, join count,
+the header watch, the read after it) is made by every handler, as separate nodes would.
 
 Run from the repository root:
 
@@ -77,11 +82,12 @@ def _worker(argv: list[str]) -> int:
     threads = [threading.Thread(target=node, args=(h,), daemon=True) for h in handlers]
     print("ready", flush=True)
     os.read(a.start_fd, 1)
+    cpu = time.process_time()
     for t in threads:
         t.start()
     for t in threads:
         t.join(TIMEOUT)
-    print(json.dumps(out), flush=True)
+    print(json.dumps({"cpu": time.process_time() - cpu, "nodes": out}), flush=True)
     os._exit(0)
 
 
@@ -126,10 +132,12 @@ def main(argv: list[str] | None = None) -> int:
         cpu0, rss0 = _cpu_seconds(server.pid), _memory_mib(server.pid, "VmRSS")
         released = time.monotonic()
         os.close(start_w)
-        results = []
+        results, client_cpu = [], 0.0
         for c in clients:
             assert c.stdout is not None
-            results.extend(json.loads(c.stdout.readline()))
+            report = json.loads(c.stdout.readline())
+            results.extend(report["nodes"])
+            client_cpu += report["cpu"]
         cpu1 = _cpu_seconds(server.pid)
         peak, rss1 = _memory_mib(server.pid, "VmHWM"), _memory_mib(server.pid, "VmRSS")
     finally:
@@ -146,6 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"grpc server scale: {args.nodes} nodes ({args.procs} client processes x {per} threads, one channel each)")
     print(f"one round, release to last next_rendezvous() return: {format_duration(elapsed)}")
     print(f"server CPU during the round: {cpu1 - cpu0:.2f} s (user + system)")
+    print(f"client processes' CPU during the round: {client_cpu:.2f} s in all")
     print(f"server memory: {rss0:.0f} MiB before the round, {rss1:.0f} MiB after, peak {peak:.0f} MiB")
     return 0
 

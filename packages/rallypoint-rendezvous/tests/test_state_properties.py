@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from rallypoint.rendezvous.handler import RoundIO
 from rallypoint.rendezvous.memory import MemoryBackend
+from rallypoint.rendezvous.round_io import read_header, resolve
 from rallypoint.rendezvous.state import (
     HEADER_KEY,
     CasHeader,
@@ -139,7 +140,7 @@ class Sim:
         s = self.settings
         entry = self.backend.get(HEADER_KEY)
         if entry is not None:
-            h = Header.from_json(entry.value)
+            h = resolve(self.backend, Header.from_json(entry.value))
             if h.complete:
                 ids = h.member_ids()
                 assert len(set(ids)) == len(ids)
@@ -179,7 +180,7 @@ class Sim:
             if not self.alive():
                 return
             if all(n.status == "running" for n in self.alive()):
-                h = Header.from_json(self.backend.get(HEADER_KEY).value)
+                h = read_header(self.backend)[0]
                 if h.complete and {n.name for n in self.alive()} == set(h.member_ids()):
                     return
 
@@ -258,7 +259,7 @@ def test_live_nodes_eventually_agree(scenario: tuple[int, int, int, list[tuple[s
     sim.settle()
     sim.check()
     if lo <= len(live) <= hi:
-        h = Header.from_json(sim.backend.get(HEADER_KEY).value)
+        h = read_header(sim.backend)[0]
         assert h.complete
         assert set(h.member_ids()) == {node.name for node in live}
         for node in live:
@@ -284,12 +285,12 @@ def test_close_reaches_everyone(n: int, data: st.DataObject) -> None:
 def test_crashed_member_is_replaced_by_a_new_round() -> None:
     sim = Sim(3, 2, 3)
     sim.settle()
-    first = Header.from_json(sim.backend.get(HEADER_KEY).value)
+    first = read_header(sim.backend)[0]
     assert first.complete
     assert len(first.participants) == 3
     sim.crash(sim.nodes[1])
     sim.settle()
-    h = Header.from_json(sim.backend.get(HEADER_KEY).value)
+    h = read_header(sim.backend)[0]
     assert h.round > first.round
     assert h.member_ids() == ["n0", "n2"]
     assert "no heartbeat" in h.reason or "left" in h.reason
@@ -298,11 +299,11 @@ def test_crashed_member_is_replaced_by_a_new_round() -> None:
 def test_restart_with_same_identity_forces_new_round() -> None:
     sim = Sim(2, 2, 2)
     sim.settle()
-    round0 = Header.from_json(sim.backend.get(HEADER_KEY).value)
+    round0 = read_header(sim.backend)[0]
     sim.crash(sim.nodes[0])
     sim.restart(0)
     sim.settle()
-    h = Header.from_json(sim.backend.get(HEADER_KEY).value)
+    h = read_header(sim.backend)[0]
     assert h.round > round0.round
     assert set(h.member_ids()) == {"n0", "n1"}
     assert h.participants[0].incarnation != round0.participants[0].incarnation or h.participants[0].node_id != "n0"
@@ -356,7 +357,7 @@ def test_late_node_waits_and_is_counted() -> None:
     for _ in range(3):
         sim.step(c)
     assert c.status == "joining"
-    h = Header.from_json(sim.backend.get(HEADER_KEY).value)
+    h = read_header(sim.backend)[0]
     nxt = sim.backend.get(f"round/count/{h.round + 1}")
     assert nodes_waiting(a.io.machine.last_round or 0, h, nxt.value, 3) == 1
     sim.settle()
@@ -472,17 +473,17 @@ def test_rounds_complete_through_wake_ups_alone(n: int, data: st.DataObject) -> 
     if arriving >= hi:
         entry = sim.backend.get(HEADER_KEY)
         assert entry is not None, "the round did not complete at max with the clock still"
-        h = Header.from_json(entry.value)
+        h = resolve(sim.backend, Header.from_json(entry.value))
         assert h.complete, "the round did not complete at max with the clock still"
         assert len(h.participants) == hi
     sim.now = WAKE_TIMEOUTS.last_call + 0.01
     sim.quiesce()
     entry = sim.backend.get(HEADER_KEY)
     if arriving < lo:
-        assert entry is None or not Header.from_json(entry.value).complete
+        assert entry is None or not resolve(sim.backend, Header.from_json(entry.value)).complete
         return
     assert entry is not None
-    h = Header.from_json(entry.value)
+    h = resolve(sim.backend, Header.from_json(entry.value))
     assert h.complete
     assert len(h.participants) == joined
     members = set(h.member_ids())

@@ -45,6 +45,11 @@ __all__ = ["GrpcBackend", "create_grpc_backend", "host_server"]
 
 log = logging.getLogger(__name__)
 
+#: Failures retried with backoff for ``retry_timeout``: the server is unreachable, or the
+#: connection was torn down under the call (a starved server missing keepalive pings; this client
+#: never cancels its own calls). Writes carry a request id, so a retried write is applied once.
+_RETRIED = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED)
+
 
 def _dump(value: JSONValue) -> str:
     try:
@@ -116,7 +121,7 @@ class GrpcBackend:
                 f"{where} refused the call: {details}. Give every node the server's token "
                 f"([rendezvous.options] token_file or token_env)"
             )
-        if code == grpc.StatusCode.UNAVAILABLE:
+        if code in _RETRIED:
             return RendezvousBackendError(
                 f"{where} unreachable for {self.retry_timeout:g} s ({details}); is the server (or the agent that "
                 f"hosts it) running, and is the address reachable from this host?"
@@ -132,7 +137,7 @@ class GrpcBackend:
             try:
                 return getattr(self._stub, op)(request, timeout=self.call_timeout, metadata=self._metadata)
             except grpc.RpcError as exc:
-                if exc.code() == grpc.StatusCode.UNAVAILABLE:
+                if exc.code() in _RETRIED:
                     backoff = backoff or Backoff(self.retry_timeout)
                     if backoff.wait():
                         continue
@@ -194,7 +199,7 @@ class GrpcBackend:
                     return bool(event.changed)
                 return False
             except grpc.RpcError as exc:
-                if exc.code() == grpc.StatusCode.UNAVAILABLE:
+                if exc.code() in _RETRIED:
                     backoff = backoff or Backoff(self.retry_timeout)
                     if backoff.wait():
                         continue

@@ -15,6 +15,7 @@ counting while the server is down.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
 import heapq
 import json
@@ -72,6 +73,7 @@ class _Space:
     name: str
     revision: int = 0
     data: dict[str, _Item] = field(default_factory=dict)
+    keys: list[str] = field(default_factory=list)  # the keys of ``data``, sorted: prefix lists bisect it
     key_waiters: dict[str, set[asyncio.Event]] = field(default_factory=dict)
     prefix_waiters: list[tuple[str, asyncio.Event]] = field(default_factory=list)
     leases: list[tuple[float, str, int]] = field(default_factory=list)  # heap of (expiry, key, version)
@@ -178,6 +180,8 @@ class Store:
         old = sp.data.get(key)
         if old is not None:
             self.total_bytes -= len(old.text) + len(key)
+        else:
+            bisect.insort(sp.keys, key)
         sp.data[key] = item
         self.total_bytes += len(item.text) + len(key)
         if item.expiry is not None:
@@ -187,6 +191,16 @@ class Store:
         old = sp.data.pop(key, None)
         if old is not None:
             self.total_bytes -= len(old.text) + len(key)
+            del sp.keys[bisect.bisect_left(sp.keys, key)]
+
+    def _under(self, sp: _Space, prefix: str) -> list[str]:
+        """The keys of ``sp`` that start with ``prefix``, in order (a bisection, not a scan)."""
+        keys = sp.keys
+        start = bisect.bisect_left(keys, prefix)
+        end = start
+        while end < len(keys) and keys[end].startswith(prefix):
+            end += 1
+        return keys[start:end]
 
     def _wake(self, sp: _Space, key: str) -> None:
         for event in sp.key_waiters.pop(key, ()):
@@ -330,7 +344,8 @@ class Store:
     def list(self, name: str, prefix: str) -> dict[str, tuple[str, int]]:
         """Every ``key: (text, version)`` under ``prefix``."""
         _check_key(prefix, prefix=True)
-        return {k: (i.text, i.version) for k, i in self.space(name).data.items() if k.startswith(prefix)}
+        sp = self.space(name)
+        return {k: (sp.data[k].text, sp.data[k].version) for k in self._under(sp, prefix)}
 
     def changed(self, name: str, key: str, prefix: bool, version: int | None, versions: dict[str, int]) -> bool:
         """Whether the state already differs from what the watcher holds."""
@@ -339,7 +354,7 @@ class Store:
         if not prefix:
             item = sp.data.get(key)
             return (None if item is None else item.version) != version
-        current = {k: i.version for k, i in sp.data.items() if k.startswith(key)}
+        current = {k: sp.data[k].version for k in self._under(sp, key)}
         return current != versions
 
     def arm(self, name: str, key: str, prefix: bool) -> asyncio.Event:

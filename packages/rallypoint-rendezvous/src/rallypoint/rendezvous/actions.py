@@ -80,10 +80,15 @@ class WriteJoin:
 
 @dataclass(frozen=True)
 class CasHeader:
-    """Compare-and-set the header from ``expected`` to ``header``; on failure, read again."""
+    """Compare-and-set the header from ``expected`` to ``header``; on failure, read again.
+
+    A header that completes a round carries the members' join records in ``roster`` (group-rank
+    order): the executor writes them as the round's roster record first, and the header names it.
+    """
 
     expected: Version | None
     header: Header
+    roster: tuple[JoinRecord, ...] = ()
 
 
 @dataclass(frozen=True)

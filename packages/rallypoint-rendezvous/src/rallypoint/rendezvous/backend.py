@@ -15,6 +15,7 @@ Layout used by the handler (per run id)
     closed flag); written by compare-and-set only, a handful of times per round.
     ``round/count/<r>``: how many nodes joined round ``r`` (atomic add).
     ``join/<r>/<node>``: one record per node and round (host, address, local world size, labels).
+    ``roster/<r>/<digest>``: the members' records of the completed round ``r``, written once.
     ``hb/<node>``: one heartbeat record per node, rewritten by that node only.
     No single value is rewritten by every heartbeat.
 

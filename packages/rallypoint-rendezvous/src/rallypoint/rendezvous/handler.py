@@ -50,6 +50,7 @@ from rallypoint.rendezvous.state import (
     RendezvousStateMachine,
     Settings,
     TimedOut,
+    View,
     Wait,
     count_key,
     heartbeat_key,
@@ -267,9 +268,10 @@ class RendezvousHandler:
         if self._shut:
             raise RendezvousStateError(f"rendezvous handler of node {self.node_id!r} was shut down")
         self._raise_failure()
+        known: View | None = None  # a view the next step may use without reading again
         with self._lock:
             if not self._checked_in:
-                self._check_in()
+                known = self._check_in()
             if self._fixed_port is None:
                 self.machine.node = replace(self.machine.node, master_port=free_port())
             self.io.ensure_ticket()
@@ -279,7 +281,8 @@ class RendezvousHandler:
         while True:
             self._raise_failure()
             with self._lock:
-                action, view = self.io.decide(self.clock())
+                action, view = self.io.decide(self.clock(), known)
+                known = None
                 if isinstance(action, Finished):
                     result = self.io.result(action)
                     self._last = result
@@ -296,6 +299,7 @@ class RendezvousHandler:
                     raise RendezvousTimeoutError(action.info)
                 if not isinstance(action, Wait):
                     self.io.apply(action)
+                    known = self.io.view_after(action, view)
                     continue
             timeout = max(0.0, action.until - self.clock())
             if timeout > 0:
@@ -427,9 +431,13 @@ class RendezvousHandler:
         if self._failure is not None:
             raise self._failure
 
-    def _check_in(self) -> None:
-        """First contact: refuse a finished run, and a different job under the same run id."""
-        header = self.io.read().header
+    def _check_in(self) -> View:
+        """First contact: refuse a finished run, and a different job under the same run id.
+
+        Returns the view it read (the first step may use it).
+        """
+        view = self.io.read()
+        header = view.header
         if header.closed:
             raise RendezvousFinishedError(self.run_id, header.reason, failed=header.failed)
         if self._fingerprint is not None:
@@ -438,6 +446,7 @@ class RendezvousHandler:
                 theirs = entry.value if isinstance(entry.value, dict) else {"job": entry.value}
                 raise RendezvousJobMismatchError(self.run_id, theirs, self._fingerprint)
         self._checked_in = True
+        return view
 
     def _fire_timeout(self, info: TimeoutInfo, extended: int) -> float | None:
         """Call the ``timed_out`` hooks: the seconds to wait more, or ``None`` (raise)."""

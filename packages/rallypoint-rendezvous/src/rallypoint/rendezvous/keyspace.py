@@ -6,6 +6,10 @@ Every value is JSON (never pickled) and carries only what the protocol in
 * ``round/header``: the small round header (:class:`Header`), compare-and-set by the nodes;
 * ``round/count/<r>``: the join counter of round ``r`` (a hint; the records are authoritative);
 * ``join/<r>/<node>``: a node's :class:`JoinRecord` for round ``r`` (its :class:`NodeInfo`);
+* ``roster/<r>/<digest>``: the members' join records of the completed round ``r`` in group-rank
+  order, in one record written once by the node that completes the round; the header names it
+  by the digest of its content (see :mod:`rallypoint.rendezvous.roster`), so every member
+  reads the whole membership with one read, and nodes sharing a process read it once;
 * ``hb/<node>``: a node's heartbeat record, rewritten every ``heartbeat_interval``;
 * ``ticket``: the job-wide arrival counter;
 * ``job``: the job's fingerprint (what it runs), written by its first node and compared by
@@ -34,9 +38,13 @@ __all__ = [
     "heartbeat_key",
     "join_key",
     "join_prefix",
+    "roster_key",
+    "roster_prefix",
 ]
 
-FORMAT = 1
+#: The header format written; headers of format 1 (participants inline, no roster) are read too.
+FORMAT = 2
+_FORMATS = (1, 2)
 HEADER_KEY = "round/header"
 ROUND_PREFIX = "round/"
 TICKET_KEY = "ticket"
@@ -56,6 +64,16 @@ def join_prefix(round_: int) -> str:
 def join_key(round_: int, node_id: str) -> str:
     """Key of ``node_id``'s join record in ``round_``."""
     return f"join/{round_}/{node_id}"
+
+
+def roster_prefix(round_: int) -> str:
+    """Prefix of the roster records of ``round_``."""
+    return f"roster/{round_}/"
+
+
+def roster_key(round_: int, digest: str) -> str:
+    """Key of the roster record of ``round_`` whose content has ``digest``."""
+    return f"roster/{round_}/{digest}"
 
 
 def heartbeat_key(node_id: str) -> str:
@@ -189,6 +207,12 @@ class Header:
         reason: why this round was opened, or why the job was closed (for logs and
             ``rallypoint status``).
         failed: the job was closed because it failed for good (only with ``closed``).
+        roster: the digest of the round's roster record (``roster/<round>/<digest>``), which
+            holds the participants; empty when they are inline. A header parsed from JSON with a
+            roster has no ``participants`` until resolved
+            (:func:`rallypoint.rendezvous.round_io.read_header` does it).
+        index: ``(node id, incarnation) -> rank`` of ``participants``, when known (a resolved
+            roster brings it), so :meth:`rank_of` needs no scan. Not part of equality.
     """
 
     round: int = 0
@@ -197,14 +221,18 @@ class Header:
     closed: bool = False
     reason: str = ""
     failed: bool = False
+    roster: str = ""
+    index: Mapping[tuple[str, str], int] | None = field(default=None, compare=False, repr=False)
 
     def to_json(self) -> dict[str, Any]:
-        """JSON form."""
+        """JSON form (small: with a roster, the participants stay in the roster record)."""
+        inline = () if self.roster else self.participants
         return {
             "format": FORMAT,
             "round": self.round,
             "complete": self.complete,
-            "participants": [[m.node_id, m.incarnation] for m in self.participants],
+            "participants": [[m.node_id, m.incarnation] for m in inline],
+            "roster": self.roster,
             "closed": self.closed,
             "reason": self.reason,
             "failed": self.failed,
@@ -213,7 +241,7 @@ class Header:
     @classmethod
     def from_json(cls, data: Any) -> Header:
         """Parse the JSON form (raises :class:`RendezvousStateError` when malformed or foreign)."""
-        _require(isinstance(data, dict) and data.get("format") == FORMAT, "round header", data)
+        _require(isinstance(data, dict) and data.get("format") in _FORMATS, "round header", data)
         try:
             return cls(
                 round=int(data["round"]),
@@ -222,6 +250,7 @@ class Header:
                 closed=bool(data["closed"]),
                 reason=str(data.get("reason", "")),
                 failed=bool(data.get("failed", False)),
+                roster=str(data.get("roster") or ""),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise RendezvousStateError(f"malformed rendezvous round header: {data!r} ({exc})") from exc
@@ -232,6 +261,8 @@ class Header:
 
     def rank_of(self, node_id: str, incarnation: str) -> int | None:
         """The group rank of that node incarnation, or ``None``."""
+        if self.index is not None:
+            return self.index.get((node_id, incarnation))
         for rank, m in enumerate(self.participants):
             if m.node_id == node_id and m.incarnation == incarnation:
                 return rank

@@ -3,7 +3,8 @@
 :class:`RoundIO` reads what :class:`~rallypoint.rendezvous.state.RendezvousStateMachine` needs
 (header, join counter, join records, heartbeats) and applies the writes it asks for. The handler
 and the property tests both use it, so both run exactly the same protocol. A completed round is
-turned into a :class:`RendezvousResult`.
+turned into a :class:`RendezvousResult` from the round's roster record
+(:mod:`rallypoint.rendezvous.roster`): one read per process, not one per member.
 """
 
 from __future__ import annotations
@@ -12,8 +13,10 @@ import socket
 from dataclasses import dataclass, replace
 from typing import Any
 
-from rallypoint.rendezvous.backend import Entry, RendezvousBackend
+from rallypoint.rendezvous.backend import Entry, RendezvousBackend, Version
 from rallypoint.rendezvous.errors import RendezvousStateError
+from rallypoint.rendezvous.keyspace import roster_key, roster_prefix
+from rallypoint.rendezvous.roster import ROSTERS, Roster, encode_roster
 from rallypoint.rendezvous.state import (
     HEADER_KEY,
     ROUND_PREFIX,
@@ -36,7 +39,7 @@ from rallypoint.rendezvous.state import (
     join_prefix,
 )
 
-__all__ = ["KEEP_ROUNDS", "RendezvousResult", "RoundIO", "WorkerStoreInfo", "free_port"]
+__all__ = ["KEEP_ROUNDS", "RendezvousResult", "RoundIO", "WorkerStoreInfo", "free_port", "read_header", "resolve"]
 
 #: Rounds older than ``round - KEEP_ROUNDS`` are garbage-collected when a round opens.
 KEEP_ROUNDS = 2
@@ -107,6 +110,38 @@ def _heartbeat_value(entry: Entry | None) -> Any:
     return None if entry is None else entry.value
 
 
+def _roster(backend: RendezvousBackend, header: Header) -> Roster:
+    roster = ROSTERS.get(backend, header.round, header.roster)
+    if roster is None:
+        raise RendezvousStateError(
+            f"rendezvous round {header.round} names the roster {roster_key(header.round, header.roster)!r}, "
+            "which is missing (removed by hand, or the round is long past)"
+        )
+    return roster
+
+
+def resolve(backend: RendezvousBackend, header: Header) -> Header:
+    """``header`` with its participants (and their rank index) read from its roster record.
+
+    A header that holds no roster reference is returned as it is.
+
+    Raises:
+        RendezvousStateError: the roster record is missing, malformed or does not match.
+    """
+    if not header.roster:
+        return header
+    roster = _roster(backend, header)
+    return replace(header, participants=roster.members, index=roster.index)
+
+
+def read_header(backend: RendezvousBackend) -> tuple[Header, Version | None]:
+    """The round header with its participants resolved (``Header()`` when none yet), and its version."""
+    entry = backend.get(HEADER_KEY)
+    if entry is None:
+        return Header(), None
+    return resolve(backend, Header.from_json(entry.value)), entry.version
+
+
 class RoundIO:
     """Executes state-machine actions against a backend (the only I/O of the algorithm).
 
@@ -117,13 +152,14 @@ class RoundIO:
         self.backend = backend
         self.machine = machine
         self._hb_seq = 0
+        self._joined_count = 0
 
     # -- reads ---------------------------------------------------------------------------
     def read(self) -> View:
         """Read the header and the join counter (one prefix list)."""
         entries = self.backend.list(ROUND_PREFIX)
         raw = entries.get(HEADER_KEY)
-        header = Header() if raw is None else Header.from_json(raw.value)
+        header = Header() if raw is None else resolve(self.backend, Header.from_json(raw.value))
         count = entries.get(count_key(header.round))
         value = 0 if count is None else count.value
         if not isinstance(value, int):
@@ -145,9 +181,12 @@ class RoundIO:
         """The heartbeat values of ``ids`` (``None`` when absent)."""
         return {i: _heartbeat_value(self.backend.get(heartbeat_key(i))) for i in ids}
 
-    def decide(self, now: float) -> tuple[Action, View]:
-        """Read what the machine needs and return its action (not yet applied)."""
-        view = self.read()
+    def decide(self, now: float, view: View | None = None) -> tuple[Action, View]:
+        """Read what the machine needs and return its action (not yet applied).
+
+        ``view``: what the caller knows already (see :meth:`view_after`); ``None`` reads afresh.
+        """
+        view = self.read() if view is None else view
         for _ in range(4):
             action = self.machine.step(view, now)
             if isinstance(action, NeedJoins):
@@ -175,11 +214,15 @@ class RoundIO:
         if isinstance(action, WriteJoin):
             key = join_key(action.round, self.machine.node_id)
             written, _ = b.compare_and_set(key, action.record.to_json(), version=None)
+            count = 0
             if written:
-                b.add(count_key(action.round), 1)
+                count = b.add(count_key(action.round), 1)
             else:  # a record of an earlier incarnation (or attempt): replace it, already counted
                 b.set(key, action.record.to_json())
-            self.machine.joined(action.round)
+                entry = b.get(count_key(action.round))  # drive the round if the count stands at min or max
+                count = entry.value if entry is not None and isinstance(entry.value, int) else 0
+            self.machine.joined(action.round, count)
+            self._joined_count = count
             return True
         if isinstance(action, RemoveJoins):
             for node_id in action.node_ids:
@@ -187,11 +230,29 @@ class RoundIO:
                     b.add(count_key(action.round), -1)
             return True
         if isinstance(action, CasHeader):
-            ok, _ = b.compare_and_set(HEADER_KEY, action.header.to_json(), version=action.expected)
+            header = action.header
+            if action.roster:  # the membership goes to its own record first; the header names it
+                digest, value = encode_roster(header.round, action.roster)
+                b.set(roster_key(header.round, digest), value)
+                header = replace(header, roster=digest)
+            ok, _ = b.compare_and_set(HEADER_KEY, header.to_json(), version=action.expected)
             if ok and not action.header.complete and not action.header.closed:
                 self._collect_garbage(action.header.round - KEEP_ROUNDS - 1)
             return ok
         return True
+
+    def view_after(self, action: Action, view: View) -> View | None:
+        """What the next step can use instead of reading again after ``action`` was applied, or ``None``.
+
+        After a join the round header is what ``view`` read (the join did not touch it), and the
+        join counter is what our own add returned: the next step needs no read. If the header
+        changed meanwhile, the :class:`~rallypoint.rendezvous.state.Wait` that follows watches it
+        from ``view``'s version and returns at once. Saves one read per node and join.
+        """
+        if not isinstance(action, WriteJoin):
+            return None
+        count = self._joined_count if action.round == view.header.round else view.count
+        return replace(view, count=max(count, view.count), joins=None, heartbeats=None)
 
     def withdraw(self) -> None:
         """Remove this incarnation's join records from open rounds (after a timeout, or when leaving)."""
@@ -213,23 +274,15 @@ class RoundIO:
     def _collect_garbage(self, round_: int) -> None:
         if round_ < 0:
             return
-        for key in self.backend.list(join_prefix(round_)):
-            self.backend.delete(key)
+        for prefix in (join_prefix(round_), roster_prefix(round_)):
+            for key in self.backend.list(prefix):
+                self.backend.delete(key)
         self.backend.delete(count_key(round_))
 
     def result(self, finished: Finished) -> RendezvousResult:
-        """Build the result of a finished round from the members' join records."""
+        """Build the result of a finished round from its roster (or, format 1, the join records)."""
         h = finished.header
-        joins = self.read_joins(h.round)
-        members = []
-        for m in h.participants:
-            record = joins.get(m.node_id)
-            if record is None or record.incarnation != m.incarnation:
-                raise RendezvousStateError(
-                    f"rendezvous round {h.round} lists node {m.node_id!r} but its join record "
-                    f"join/{h.round}/{m.node_id} is missing or from another incarnation"
-                )
-            members.append(record.node)
+        members = list(_roster(self.backend, h).nodes) if h.roster else self._members_from_joins(h)
         first = members[0]
         port = first.master_port if first.master_port is not None else 0
         return RendezvousResult(
@@ -240,3 +293,17 @@ class RoundIO:
             participants=tuple(members),
             store=WorkerStoreInfo(first.addr, port),
         )
+
+    def _members_from_joins(self, h: Header) -> list[NodeInfo]:
+        """The participants' records of a header with inline participants (format 1)."""
+        joins = self.read_joins(h.round)
+        members = []
+        for m in h.participants:
+            record = joins.get(m.node_id)
+            if record is None or record.incarnation != m.incarnation:
+                raise RendezvousStateError(
+                    f"rendezvous round {h.round} lists node {m.node_id!r} but its join record "
+                    f"join/{h.round}/{m.node_id} is missing or from another incarnation"
+                )
+            members.append(record.node)
+        return members

@@ -13,12 +13,15 @@ The protocol, per round ``r``:
   observer first saw ``min`` joined, some node compare-and-sets the round header from "round
   ``r`` open" to "round ``r`` complete, participants [...]". Only one such write can succeed, so
   every member reads the same participant list; a node's group rank is its index in that list.
-* Who acts: records are written before the counter, and a joiner reads the counter after its
-  own increment, so the node whose increment brings the count to ``min`` (or ``max``) always
-  sees it and drives the round from there (last call, completion). Every other node waits on
-  the round header alone (:class:`Wait`): it is not woken by each join, so ``N`` joins cost
-  ``O(N)`` wake-ups, not ``O(N^2)``. Should that node die before completing, the others take
-  over at their next periodic check (every ``heartbeat_interval``), which reads the records.
+  The participants' records go to one roster record first (``roster/<r>/<digest>``, see
+  :mod:`rallypoint.rendezvous.roster`) and the header names its digest: the header stays small,
+  and each member reads the whole membership in one read (once per process).
+* Who acts: records are written before the counter, and the node whose own increment brings
+  the count to ``min`` (or ``max``) drives the round from there (last call, completion); only
+  it reads the join records. Every other node waits on the round header alone (:class:`Wait`),
+  even when it reads a count at ``min`` or above: ``N`` joins cost ``O(N)`` reads and wake-ups,
+  not ``O(N^2)``. Should the driver die before completing, the others take over at their next
+  periodic check (every ``heartbeat_interval``), which reads the records.
 * A node arriving while round ``r`` is complete writes ``join/<r+1>/<node>`` and waits (the wait
   list); members see it through :func:`nodes_waiting`.
 * A member that wants a new round (restart, scale-up, a dead peer, a node restarted under the
@@ -137,7 +140,7 @@ class RendezvousStateMachine:
         self.last_header: Header | None = None
         self.join_deadline = float("inf")
         self._min_seen_at: dict[int, float] = {}
-        self._written: dict[int, int] = {}  # round -> ticket of our record there
+        self._written: dict[int, int] = {}  # round -> the join count our record brought (0: unknown)
         self._next_check = 0.0
         self._present: tuple[str, ...] = ()
         self._ticket: int | None = None
@@ -172,9 +175,14 @@ class RendezvousStateMachine:
         """The join record the node writes for ``round_``."""
         return JoinRecord(self.node, self.incarnation, self._ticket or 0, self.last_rank)
 
-    def joined(self, round_: int) -> None:
-        """The handler wrote our join record for ``round_``."""
-        self._written[round_] = 1
+    def joined(self, round_: int, count: int = 0) -> None:
+        """The handler wrote our join record for ``round_``; ``count``: the join counter our add returned.
+
+        The node whose add brought the counter to ``min_nodes`` or ``max_nodes`` drives the round
+        (last call, completion); ``0`` (the record replaced an earlier one, not counted again)
+        makes this node a waiter.
+        """
+        self._written[round_] = count
 
     def forget_joins(self) -> None:
         """Our join records were withdrawn; the next attempt writes them again."""
@@ -219,9 +227,13 @@ class RendezvousStateMachine:
         if r not in self._written:
             return WriteJoin(r, self.record_for(r))
         check_due = now >= self._next_check
-        if view.count < s.min_nodes and not check_due and now < self.join_deadline:
-            self._min_seen_at.pop(r, None)
-            return Wait(min(self.join_deadline, self._next_check))
+        if not check_due and now < self.join_deadline:
+            if view.count < s.min_nodes:
+                self._min_seen_at.pop(r, None)
+                return Wait(min(self.join_deadline, self._next_check))
+            if r not in self._min_seen_at and self._written[r] not in (s.min_nodes, s.max_nodes):
+                # Another node's join brought the count to min or max: it drives the round.
+                return Wait(min(self.join_deadline, self._next_check))
         if view.joins is None:
             return NeedJoins()
         joins = view.joins
@@ -267,7 +279,7 @@ class RendezvousStateMachine:
             participants=tuple(Member(j.node.node_id, j.incarnation) for j in members),
             reason=view.header.reason,
         )
-        return CasHeader(view.header_version, header)
+        return CasHeader(view.header_version, header, tuple(members))
 
     def _finish(self, header: Header, rank: int) -> Finished:
         self.last_round = header.round

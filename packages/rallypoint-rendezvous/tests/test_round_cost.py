@@ -1,0 +1,153 @@
+"""What a round costs: O(N) backend work for N nodes, a header whose size does not grow with N.
+
+Every node of a round must learn the whole membership, but it reads it in one roster record
+(fetched once per process), not one join record per member; only the node that completes the
+round reads the join records, and the round header stays a few hundred bytes.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import uuid
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from rallypoint.rendezvous.backend import Entry
+from rallypoint.rendezvous.errors import RendezvousStateError
+from rallypoint.rendezvous.handler import RendezvousHandler, RendezvousResult
+from rallypoint.rendezvous.keyspace import HEADER_KEY, JoinRecord, roster_key
+from rallypoint.rendezvous.memory import MemoryBackend
+from rallypoint.rendezvous.roster import ROSTERS, RosterCache, encode_roster
+from rallypoint.rendezvous.round_io import read_header
+from rallypoint.rendezvous.testing import make_node
+from rallypoint.rendezvous.timeouts import RendezvousTimeouts
+
+# Periodic checks and heartbeats far away: the round must complete through its own wake-ups.
+QUIET = RendezvousTimeouts(join=60, last_call=30, close=5, heartbeat_interval=30, heartbeat_timeout=60)
+
+
+class CountingBackend(MemoryBackend):
+    """A memory backend that counts calls and the records each ``list``/``get`` returns."""
+
+    def __init__(self, run_id: str, counts: Counter[str]) -> None:
+        super().__init__(run_id)
+        self.counts = counts
+        self._lock = threading.Lock()
+
+    def _count(self, what: str, n: int = 1) -> None:
+        with self._lock:
+            self.counts[what] += n
+
+    def list(self, prefix: str) -> dict[str, Entry]:
+        out = super().list(prefix)
+        self._count("calls")
+        self._count("join records listed" if prefix.startswith("join/") else "other records listed", len(out))
+        return out
+
+    def get(self, key: str) -> Entry | None:
+        self._count("calls")
+        if key.startswith("roster/"):
+            self._count("roster reads")
+        return super().get(key)
+
+    def set(self, key: str, value: Any, *, ttl: float | None = None) -> int:
+        self._count("calls")
+        return super().set(key, value, ttl=ttl)
+
+    def compare_and_set(self, key: str, value: Any, *, version: Any, ttl: float | None = None) -> Any:
+        self._count("calls")
+        return super().compare_and_set(key, value, version=version, ttl=ttl)
+
+    def add(self, key: str, amount: int = 1) -> int:
+        self._count("calls")
+        return super().add(key, amount)
+
+
+def _round(n: int, counts: Counter[str], *, check: Any = None) -> list[RendezvousResult]:
+    """One round of ``n`` handlers in threads; ``check(results)`` runs before they leave."""
+    run_id = f"cost-{uuid.uuid4().hex[:8]}"
+    handlers = [
+        RendezvousHandler(CountingBackend(run_id, counts), make_node(i), min_nodes=n, max_nodes=n, timeouts=QUIET)
+        for i in range(n)
+    ]
+    results: list[RendezvousResult] = []
+    threads = [threading.Thread(target=lambda h=h: results.append(h.next_rendezvous())) for h in handlers]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert len(results) == n
+    if check is not None:
+        check(results)
+    for h in handlers:
+        h.shutdown()
+    return results
+
+
+def test_a_round_of_n_nodes_reads_each_join_record_about_once() -> None:
+    ROSTERS.clear()
+    n = 48
+    counts: Counter[str] = Counter()
+    results = _round(n, counts)
+    assert sorted(r.group_rank for r in results) == list(range(n))
+    assert len({tuple(p.node_id for p in r.participants) for r in results}) == 1, "members disagree"
+    # Before the roster every node listed every join record (N^2 = 2304 here) to build its result.
+    assert counts["join records listed"] <= 3 * n, counts
+    assert counts["roster reads"] <= 2, counts  # one process: fetched once (a race may add one)
+    assert counts["calls"] <= 12 * n, counts
+
+
+def test_the_header_does_not_grow_with_the_job() -> None:
+    def check(results: list[RendezvousResult]) -> None:
+        backend = MemoryBackend(results[0].run_id)
+        raw = backend.get(HEADER_KEY)
+        assert raw is not None
+        assert len(json.dumps(raw.value)) < 400, raw.value
+        header, _ = read_header(backend)
+        assert header.complete
+        assert header.member_ids() == [p.node_id for p in results[0].participants]
+        for rank, member in enumerate(header.participants):
+            assert header.rank_of(member.node_id, member.incarnation) == rank
+
+    _round(40, Counter(), check=check)
+
+
+def _records(n: int) -> list[JoinRecord]:
+    return [JoinRecord(make_node(i), f"inc{i}", i) for i in range(n)]
+
+
+def test_a_roster_is_fetched_once_by_concurrent_readers() -> None:
+    backend = CountingBackend(f"roster-{uuid.uuid4().hex[:8]}", Counter())
+    digest, value = encode_roster(3, _records(5))
+    backend.set(roster_key(3, digest), value)
+    cache = RosterCache()
+    got: list[Any] = []
+    barrier = threading.Barrier(16)
+
+    def read() -> None:
+        barrier.wait()
+        got.append(cache.get(backend, 3, digest))
+
+    threads = [threading.Thread(target=read) for _ in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert len(got) == 16
+    assert all(r is got[0] for r in got)
+    assert got[0].members[2].node_id == "node2"
+    assert got[0].index[("node4", "inc4")] == 4
+    assert backend.counts["roster reads"] == 1
+
+
+def test_a_roster_that_does_not_match_its_digest_is_refused() -> None:
+    backend = MemoryBackend(f"roster-{uuid.uuid4().hex[:8]}")
+    digest, value = encode_roster(0, _records(3))
+    value["members"][0]["node"]["addr"] = "10.9.9.9"  # rewritten behind the header's back
+    backend.set(roster_key(0, digest), value)
+    with pytest.raises(RendezvousStateError, match="digest"):
+        RosterCache().get(backend, 0, digest)
+    assert RosterCache().get(backend, 1, digest) is None  # another round's key: absent
