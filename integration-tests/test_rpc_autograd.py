@@ -44,3 +44,22 @@ def test_a_two_stage_pipeline_of_remote_modules(tmp_path: Path) -> None:
     result = _run("pipeline", tmp_path)
     assert result["max_abs_diff"] <= 1e-6  # type: ignore[operator]
     assert result["weights_moved_by"] > 0.01  # type: ignore[operator]
+
+
+@pytest.mark.slow
+def test_a_worker_dying_mid_backward_is_named_and_the_context_released(tmp_path: Path) -> None:
+    """Real processes and the grpc transport: worker2's process ends inside its part of the backward pass."""
+    script = Path(__file__).resolve().parent / "rpc_autograd_dying.py"
+    argv = [*RALLYPOINT, "run", "--nproc-per-node", "3", "--max-restarts", "0", "--run-id", "dying"]
+    proc = subprocess.run(
+        [*argv, "--log-dir", str(tmp_path / "logs"), str(script), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=280,
+    )
+    assert (tmp_path / "dying.json").exists(), proc.stdout + proc.stderr
+    result = json.loads((tmp_path / "dying.json").read_text())
+    assert result["worker1_contexts_before"] == 1
+    assert result["error"].startswith("WorkerUnavailable: worker worker2 (rank 2, "), result["error"]
+    assert result["worker1_contexts_after"] == 0  # released on the workers still alive
+    assert result["worker0_contexts_after"] == 0

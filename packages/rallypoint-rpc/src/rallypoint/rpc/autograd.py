@@ -349,10 +349,11 @@ def _send_gradient(ctx: DistContext, sender: str, send_id: int, grad: torch.Tens
     values = {"grad": grad.contiguous()}
     what = f"backward of context {ctx.id} (gradient to {sender})"
     pending = getattr(_LOCAL, "pending", None)
+    # the default RPC timeout: it covers the backward pass this message starts on every worker
     if pending is None:  # run by a thread of the autograd engine: wait here
-        agent.call(peer, header, values, 0, what)
+        agent.call(peer, header, values, None, what)
     else:
-        pending.append((sender, agent.send(peer, header, values, 0, what)))
+        pending.append((sender, agent.send(peer, header, values, None, what)))
 
 
 # ------------------------------------------------------------------------ hooks of the agent
