@@ -1,6 +1,6 @@
-"""The agent against torchrun: whole command (P1), restart latency (P3), agent memory (P8).
+"""The agent against torchrun: whole command (P1, P1w), restart latency (P3, P3b), agent memory (P8).
 
-Three measures, each side by side with torch in the same run (sides alternate, the order flips
+Five measures, each side by side with torch in the same run (sides alternate, the order flips
 every round, medians are compared). Jobs run in a temporary directory removed at the end
 (P3 gives each sample its own output directory), on loopback only (``GLOO_SOCKET_IFNAME=lo``
 for both sides):
@@ -22,10 +22,20 @@ for both sides):
   launcher, reading the agent's ``VmHWM`` from ``/proc/<pid>/status`` every 20 ms until it
   exits (the agent is the ``rallypoint`` process; torchrun's is the ``torchrun`` process).
   Samples are MiB, not seconds. Target <= 0.3x.
+* P1w, whole command with warm workers: P1's job with ``--preload torch`` on our side (one warm
+  process per node imports torch once, while the rendezvous runs, and forks both workers)
+  against the same ``torchrun`` command. Target <= 0.3x.
+* P3b, restart of a job that imports torch: ``restart_torch.py`` imports torch, runs
+  ``init_process_group("gloo")`` and one checked ``all_reduce`` (its first training step), then
+  records ``time.time()``. On attempt 0 rank 1, once both ranks stepped, records ``time.time()``
+  and SIGKILLs itself; a sample is ``max(first step of the attempt-1 workers) - kill time``: the
+  whole restart as a job sees it (detection, stop, re-rendezvous, start, torch import, process
+  group). Ours runs with ``--preload torch`` (restarted workers are forked, no new import),
+  both with ``--max-restarts 1`` and a 0.1 s monitor interval. Target <= 0.2x.
 
 Run from the repository root:
 
-    .venv/bin/python tools/bench/agent.py --rounds 5          # P1, P3 and P8
+    .venv/bin/python tools/bench/agent.py --rounds 5          # P1, P3, P8, P1w and P3b
     .venv/bin/python tools/bench/agent.py --only p3           # one measure
     .venv/bin/python tools/bench/agent.py --smoke --only p1   # CI: 1 warm-up, 2 rounds
 
@@ -38,6 +48,7 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import statistics
@@ -67,8 +78,8 @@ from tools.bench.harness import (
     settings_from_args,
 )
 
-MEASURES = ("p1", "p3", "p8")
-TARGETS = {"p1": 0.6, "p3": 0.5, "p8": 0.3}
+MEASURES = ("p1", "p3", "p8", "p1w", "p3b")
+TARGETS = {"p1": 0.6, "p3": 0.5, "p8": 0.3, "p1w": 0.3, "p3b": 0.2}
 LABELS = ("rallypoint", "torch")
 #: Seconds one launcher command may take before it is killed and the benchmark fails.
 COMMAND_TIMEOUT = 120.0
@@ -131,6 +142,52 @@ os.kill(os.getpid(), signal.SIGKILL)
 """
 
 
+RESTART_TORCH = """\
+import os
+import signal
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+out = os.environ["RP_BENCH_OUT"]
+attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "?")
+rank = os.environ.get("RANK", "?")
+
+
+def write(name, value):
+    tmp = os.path.join(out, name + ".tmp")
+    with open(tmp, "w") as f:
+        f.write(repr(value))
+    os.replace(tmp, os.path.join(out, name))
+
+
+dist.init_process_group("gloo")
+t = torch.ones(1)
+dist.all_reduce(t)  # the first training step
+if t.item() != dist.get_world_size():
+    sys.exit(f"all_reduce gave {t.item()}, expected {dist.get_world_size()}")
+STEP = time.time()
+if attempt != "0":
+    write(f"step-{attempt}-{rank}", STEP)
+    dist.destroy_process_group()
+    sys.exit(0)
+write(f"started-0-{rank}", STEP)
+if rank != "1":
+    time.sleep(60)  # the launcher stops this worker after rank 1 dies
+    sys.exit(3)
+deadline = time.time() + 60
+while not os.path.exists(os.path.join(out, "started-0-0")):
+    if time.time() > deadline:
+        sys.exit(4)
+    time.sleep(0.005)
+killed = time.time()
+write("kill", killed)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
 def _environ(extra: dict[str, str] | None = None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in _DROP_ENV}
     env.update(BASE_ENV)
@@ -138,9 +195,11 @@ def _environ(extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
-def _launchers(script: str, *, restarts: bool = False) -> tuple[list[str], list[str]]:
+def _launchers(script: str, *, restarts: bool = False, preload: bool = False) -> tuple[list[str], list[str]]:
     """The rallypoint and torchrun command lines for ``script`` (a path relative to the cwd)."""
     ours = [find_executable("rallypoint"), "run", "--nproc-per-node", "2"]
+    if preload:
+        ours += ["--preload", "torch"]
     theirs = [find_executable("torchrun"), "--standalone", "--nproc-per-node", "2"]
     if restarts:
         ours += ["--max-restarts", "1", "--monitor-interval", "100ms"]
@@ -173,8 +232,11 @@ def _run(argv: Sequence[str], cwd: str, env: dict[str, str], what: str) -> None:
     except subprocess.TimeoutExpired as exc:
         raise BenchmarkError(f"{what}: {_describe(argv)} took longer than {COMMAND_TIMEOUT:g}s") from exc
     if proc.returncode != 0:
+        output = proc.stdout.decode(errors="replace") if isinstance(proc.stdout, bytes) else proc.stdout or ""
+        errors = [line.strip() for line in output.splitlines() if re.search(r"\w+Error: ", line)]
+        cause = f"; the last error line: {errors[-1]}" if errors else ""
         raise BenchmarkError(
-            f"{what}: {_describe(argv)} exited with {proc.returncode}; last lines:\n  {_tail(proc.stdout)}"
+            f"{what}: {_describe(argv)} exited with {proc.returncode}{cause}; last lines:\n  {_tail(proc.stdout)}"
         )
 
 
@@ -285,32 +347,62 @@ def _measure(
 # P3: restart latency
 
 
+def _failure_reason(message: str) -> str:
+    """``exited with 1 (RuntimeError: ...)`` or ``took longer than 120s`` from a failed run's error."""
+    found = re.search(r"(exited with -?\d+|took longer than \S+)", message)
+    reason = found.group(1) if found else message.strip().splitlines()[0][:120]
+    errors = [line.strip() for line in message.splitlines() if re.search(r"\w+Error\b", line)]
+    return f"{reason} ({errors[-1][:160]})" if errors else reason
+
+
 class RestartSide:
     """One call: run the restart job under one launcher; the clock advances by the latency."""
 
-    def __init__(self, argv: list[str], workdir: str, clock: VirtualClock, name: str) -> None:
+    def __init__(
+        self,
+        argv: list[str],
+        workdir: str,
+        clock: VirtualClock,
+        name: str,
+        *,
+        mark: str = "first",
+        retries: int = 0,
+        notes: list[str] | None = None,
+    ) -> None:
         self.argv = argv
         self.workdir = workdir
         self.clock = clock
         self.name = name
+        self.mark = mark  # what attempt 1's workers record: "first" (line) or "step" (P3b)
+        self.retries = retries  # failed runs repeated (each one reported in notes), then the error stands
+        self.notes = notes if notes is not None else []
 
     def __call__(self) -> None:
-        self.clock.now += self.run_once()
+        for attempt in range(self.retries + 1):
+            try:
+                self.clock.now += self.run_once()
+                return
+            except BenchmarkError as exc:
+                if attempt == self.retries:
+                    raise
+                self.notes.append(f"  repeated a failed {self.name} run: {_failure_reason(str(exc))}")
 
     def run_once(self) -> float:
         out = tempfile.mkdtemp(prefix="out-", dir=self.workdir)
+        what = "P3" if self.mark == "first" else "P3b"
         try:
-            _run(self.argv, self.workdir, _environ({"RP_BENCH_OUT": out}), f"P3 {self.name}")
+            _run(self.argv, self.workdir, _environ({"RP_BENCH_OUT": out}), f"{what} {self.name}")
             files = {p.name: p for p in Path(out).iterdir()}
-            expected = {"started-0-0", "started-0-1", "kill", "first-1-0", "first-1-1"}
+            expected = {"started-0-0", "started-0-1", "kill", f"{self.mark}-1-0", f"{self.mark}-1-1"}
             if set(files) != expected:
                 raise BenchmarkError(
-                    f"P3 {self.name}: expected exactly one restart (files {sorted(expected)}), found {sorted(files)}"
+                    f"{what} {self.name}: expected exactly one restart (files {sorted(expected)}), "
+                    f"found {sorted(files)}"
                 )
             values = {n: float(p.read_text()) for n, p in files.items()}
-            latency = max(values["first-1-0"], values["first-1-1"]) - values["kill"]
+            latency = max(values[f"{self.mark}-1-0"], values[f"{self.mark}-1-1"]) - values["kill"]
             if not 0 < latency < COMMAND_TIMEOUT:
-                raise BenchmarkError(f"P3 {self.name}: impossible restart latency {latency!r} s")
+                raise BenchmarkError(f"{what} {self.name}: impossible restart latency {latency!r} s")
             return latency
         finally:
             shutil.rmtree(out, ignore_errors=True)
@@ -336,6 +428,70 @@ def measure_p3(args: argparse.Namespace, workdir: str) -> Comparison:
         clock=clock,
         title="P3 agent: restart latency, SIGKILL to all new workers' first line",
         details=details,
+    )
+
+
+# ------------------------------------------------------------------------------------------------
+# P1w and P3b: warm workers (--preload torch)
+
+
+class _Joined(Sequence[str]):
+    """Two lists read as one when the report is printed (the notes fill up while measuring)."""
+
+    def __init__(self, first: list[str], second: list[str]) -> None:
+        self.first = first
+        self.second = second
+
+    def _all(self) -> list[str]:
+        return [*self.first, *(self.second or ["  (none)"])]
+
+    def __len__(self) -> int:
+        return len(self._all())
+
+    def __getitem__(self, index: Any) -> Any:
+        return self._all()[index]
+
+
+def measure_p1w(args: argparse.Namespace, workdir: str) -> Comparison:
+    (Path(workdir) / "trivial.py").write_text(TRIVIAL)
+    ours, theirs = _launchers("trivial.py", preload=True)
+    env = _environ()
+    a = Command(ours, env=env, inherit_env=False, cwd=workdir, timeout=COMMAND_TIMEOUT)
+    b = Command(theirs, env=env, inherit_env=False, cwd=workdir, timeout=COMMAND_TIMEOUT)
+    details = [
+        "trivial.py: init_process_group('gloo'), one all_reduce (checked), destroy_process_group()",
+        f"A rallypoint: {a.describe()}  (one warm process imports torch; both workers forked from it)",
+        f"B torch:      {b.describe()}",
+    ]
+    return _measure(
+        args, "P1w", a, b, title="P1w agent: whole command with warm workers, spawn to exit", details=details
+    )
+
+
+def measure_p3b(args: argparse.Namespace, workdir: str) -> Comparison:
+    (Path(workdir) / "restart_torch.py").write_text(RESTART_TORCH)
+    ours, theirs = _launchers("restart_torch.py", restarts=True, preload=True)
+    clock = VirtualClock()
+    notes: list[str] = []
+    a = RestartSide(ours, workdir, clock, "rallypoint", mark="step", retries=2, notes=notes)
+    b = RestartSide(theirs, workdir, clock, "torch", mark="step", retries=2, notes=notes)
+    details = [
+        "restart_torch.py: import torch, init_process_group('gloo'), one all_reduce (the first step), time.time();",
+        "  attempt 0: rank 1 SIGKILLs itself once both ranks stepped; attempt 1: record the first step, exit 0",
+        f"A rallypoint: {_describe(ours)}",
+        f"B torch:      {_describe(theirs)}",
+        "sample: max(first step of the attempt-1 workers) - time.time() just before os.kill",
+        "a run whose restart fails is repeated (twice at most; each one listed below, none counted):",
+    ]
+    details_and_notes = _Joined(details, notes)
+    return _measure(
+        args,
+        "P3b",
+        a,
+        b,
+        clock=clock,
+        title="P3b agent: restart of a torch job, SIGKILL to every new worker's first step",
+        details=details_and_notes,
     )
 
 
@@ -463,11 +619,16 @@ def measure_p8(args: argparse.Namespace, workdir: str) -> Comparison:
 # Command line
 
 
+def _label(name: str) -> str:
+    """``p1`` -> ``P1``, ``p1w`` -> ``P1w``."""
+    return name[:2].upper() + name[2:]
+
+
 def _parse_only(text: str) -> tuple[str, ...]:
     chosen = tuple(dict.fromkeys(s.strip().lower() for s in text.split(",") if s.strip()))
     bad = [s for s in chosen if s not in MEASURES]
     if not chosen or bad:
-        raise argparse.ArgumentTypeError(f"--only wants p1, p3 and/or p8 (comma-separated), got {text!r}")
+        raise argparse.ArgumentTypeError(f"--only wants p1, p3, p8, p1w and/or p3b (comma-separated), got {text!r}")
     return chosen
 
 
@@ -477,8 +638,8 @@ def main(argv: list[str] | None = None) -> int:
         "--only",
         type=_parse_only,
         default=MEASURES,
-        metavar="p1|p3|p8",
-        help="measure only these (comma-separated; default all three, in the order p1, p3, p8)",
+        metavar="p1|p3|p8|p1w|p3b",
+        help="measure only these (comma-separated; default all five, in the order p1, p3, p8, p1w, p3b)",
     )
     parser.add_argument(
         "--sleep", type=float, default=2.0, metavar="S", help="P8: seconds each worker sleeps (default 2)"
@@ -488,8 +649,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--number makes no sense here: every sample is one whole job")
     trees = ensure_bytecode()
     print(f"(compiled {trees} rallypoint source trees to bytecode first, as an installed wheel has them)")
-    measures = {"p1": measure_p1, "p3": measure_p3, "p8": measure_p8}
-    units = {"p1": format_duration, "p3": format_duration, "p8": format_mib}
+    measures = {"p1": measure_p1, "p3": measure_p3, "p8": measure_p8, "p1w": measure_p1w, "p3b": measure_p3b}
+    units = {"p1": format_duration, "p3": format_duration, "p8": format_mib, "p1w": format_duration}
+    units["p3b"] = format_duration
     results: dict[str, Comparison] = {}
     workdir = tempfile.mkdtemp(prefix="rp-bench-agent-")
     try:
@@ -512,9 +674,9 @@ def main(argv: list[str] | None = None) -> int:
         target = TARGETS[name]
         verdict = f"<= {target}x " + ("met" if c.ratio <= target else "MISSED")
         ratio = format_ratio(c.ratio) + "x"
-        print(f"{name.upper():<4}  {fmt(c.a.median):>11}  {fmt(c.b.median):>11}  {ratio:>8}  {verdict}")
+        print(f"{_label(name):<4}  {fmt(c.a.median):>11}  {fmt(c.b.median):>11}  {ratio:>8}  {verdict}")
     first = next(iter(results))
-    print(f"headline ({first.upper()}):")
+    print(f"headline ({_label(first)}):")
     print(ratio_line(results[first]), flush=True)
     return 0
 
