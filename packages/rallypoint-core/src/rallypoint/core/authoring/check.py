@@ -236,14 +236,16 @@ def check_distribution(name: str) -> CheckReport:
             report.problems.append(f"{ep.name}: importing {ep.value} fails: {type(exc).__name__}: {exc}")
             continue
         report.problems.extend(_probe_imports(ep.name, ep.value))
+        registered = True
         if ep.group == "rallypoint":  # essential ones are registered already
             try:
                 pm.register_plugin(module, PluginInfo(ep.name, report.distribution, report.version))
             except (pluggy.PluginValidationError, ValueError) as exc:
                 report.problems.append(f"{ep.name}: {exc}")
+                registered = False
         names, problems = _check_hooks(pm, ep.name, module)
         report.hooks[ep.name] = names
         report.problems.extend(problems)
-        if not problems:
+        if registered:
             _check_records(pm, ep.name, report)
     return report

@@ -10,6 +10,7 @@ A file of a kind's directory replaces the common file of the same path.
 from __future__ import annotations
 
 import importlib.metadata
+import json
 import re
 from dataclasses import dataclass
 from importlib.resources import files
@@ -129,7 +130,7 @@ def _substitutions(kind: TemplateKind, name: str) -> dict[str, str]:
             "__IMPL__": _IMPL[kind.name],
             "__DEPENDENCIES__": _requirement_lines((*kind.requires, *kind.third_party), bound),
             "__TESTING__": _requirement_lines(testing, bound),
-            "__EXPECTED__": repr(expected),
+            "__EXPECTED__": json.dumps(expected),
             "__KIT_NOTE__": " (with rallypoint's conformance kit)" if kind.conformance_kit else "",
             "__SELECTS_NOTE__": f" selecting it (`{kind.selects}`)" if kind.selects else "",
         }
