@@ -44,6 +44,8 @@ HEARTBEAT = ("--set", "rendezvous.heartbeat_interval=0.4s", "--set", "rendezvous
 TRAIN_ARGS = ("--steps", "40", "--global-batch", "12", "--ckpt-every", "5")
 #: Agent lines that show it noticed a fault.
 DETECTED = re.compile(r"worker rank .* exit|is over|re-rendezvous|restarting the job|heartbeat")
+#: Agent lines that show the job was disturbed (a new round, a restart, a failure).
+DISTURBED = re.compile(r"worker rank .* exit|is over|restarting the job|this node fails")
 
 
 def clean_env(**extra: str) -> dict[str, str]:
@@ -222,7 +224,8 @@ class DdpJob:
         seen = [t for a in survivors if (t := a.first_line(DETECTED, fault_at)) is not None]
         key = (before["round"], before["restart"])
         after = [p for p in self.progress() if p["t"] > fault_at and (p["round"], p["restart"]) != key]
-        last_before = max(p["step"] for p in self.progress() if p["t"] <= fault_at)
+        # the old workers may train on after the fault until stopped: their last step counts
+        last_before = max(p["step"] for p in self.progress() if (p["round"], p["restart"]) == key)
         return {
             "detection_s": round(min(seen) - fault_at, 2) if seen else None,
             "recovery_s": round(after[0]["t"] - fault_at, 2) if after else None,
