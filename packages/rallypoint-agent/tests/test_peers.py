@@ -1,4 +1,4 @@
-"""vanished_peer: a worker failure caused by a dead peer host is a membership change (in-process)."""
+"""vanished_peer (a worker failure caused by a dead peer host is a membership change) and running_status."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ import time
 import uuid
 from typing import Any
 
-from rallypoint.agent.peers import vanished_peer
+from rallypoint.agent.peers import running_status, vanished_peer
+from rallypoint.rendezvous.errors import RendezvousBackendError
 from rallypoint.rendezvous.handler import RendezvousHandler, RendezvousResult
 from rallypoint.rendezvous.memory import MemoryBackend
 from rallypoint.rendezvous.testing import make_node
@@ -81,5 +82,37 @@ def test_a_single_node_round_has_no_peer_to_lose() -> None:
     me = RendezvousHandler(MemoryBackend(run_id), make_node(0), min_nodes=1, max_nodes=1, timeouts=FAST)
     try:
         assert vanished_peer(me, me.next_rendezvous()) is None
+    finally:
+        me.shutdown()
+
+
+class Unreachable(MemoryBackend):
+    """A memory backend whose reads fail while ``down`` is set (a rendezvous server restarting)."""
+
+    down = False
+
+    def list(self, prefix: str) -> Any:
+        if self.down:
+            raise RendezvousBackendError("rendezvous server unreachable")
+        return super().list(prefix)
+
+    def get(self, key: str) -> Any:
+        if self.down:
+            raise RendezvousBackendError("rendezvous server unreachable")
+        return super().get(key)
+
+
+def test_the_status_while_workers_run_is_none_while_the_backend_does_not_answer() -> None:
+    run_id = f"peers-{uuid.uuid4().hex[:8]}"
+    backend = Unreachable(run_id)
+    me = RendezvousHandler(backend, make_node(0), min_nodes=1, max_nodes=1, timeouts=FAST)
+    try:
+        me.next_rendezvous()
+        backend.down = True
+        assert running_status(me) is None  # the workers go on; the heartbeat decides the node's fate
+        backend.down = False
+        status = running_status(me)
+        assert status is not None
+        assert not status.closed
     finally:
         me.shutdown()

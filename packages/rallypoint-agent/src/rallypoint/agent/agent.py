@@ -46,7 +46,7 @@ from rallypoint.agent.console import agent_line
 from rallypoint.agent.env import WorkerContext, worker_environment
 from rallypoint.agent.error_files import read_error_file
 from rallypoint.agent.logs import Tee, WorkerLogs, tee_selects
-from rallypoint.agent.peers import vanished_peer
+from rallypoint.agent.peers import running_status, vanished_peer
 from rallypoint.agent.ranks import RankAssignment, RankNode, RankStrategy, WorkerRanks, compute_assignment
 from rallypoint.agent.records import RankStrategyRecord
 from rallypoint.agent.report import FailureReport, WorkerFailure, failures_from_store
@@ -408,7 +408,9 @@ class ElasticAgent:
                 continue
             # one read per interval: closed as failed by another node, or nodes waiting / round over
             # (a job closed as succeeded lets the workers here finish: the exit barrier waits for them)
-            status = self.handler.round_status()
+            status = running_status(self.handler)
+            if status is None:
+                continue  # the backend did not answer: the workers go on, the heartbeat decides
             if status.closed and status.failed:
                 return Outcome.CLOSED, None
             if status.waiting > 0:

@@ -20,12 +20,27 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from rallypoint.rendezvous.handler import RendezvousHandler, RendezvousResult
+    from rallypoint.rendezvous.handler import RendezvousHandler, RendezvousResult, RoundStatus
 
-__all__ = ["vanished_peer"]
+__all__ = ["running_status", "vanished_peer"]
+
+
+def running_status(handler: RendezvousHandler) -> RoundStatus | None:
+    """The round's status while workers run, or ``None`` when the backend does not answer.
+
+    A rendezvous server that restarts, or a shared file system that stalls, must not stop
+    workers that train fine: only this node's heartbeat, failing for ``heartbeat_timeout``,
+    ends the node (:class:`~rallypoint.rendezvous.errors.RendezvousHeartbeatError` is raised).
+    """
+    from rallypoint.rendezvous.errors import RendezvousBackendError
+
+    try:
+        return handler.round_status()
+    except RendezvousBackendError:
+        return None
 
 
 def vanished_peer(
@@ -58,16 +73,27 @@ def vanished_peer(
         return None
     timeouts = handler.timeouts
     deadline = clock() + timeouts.heartbeat_timeout + 2 * timeouts.heartbeat_interval
-    first = handler.io.read_heartbeats(peers)
+    first = _heartbeats(handler, peers)
     while True:
-        status = handler.round_status()
-        if status.closed:
+        status = running_status(handler)  # None, like the heartbeats: no answer this time
+        if status is not None and status.closed:
             return None
-        if status.superseded or status.waiting > 0:
+        if status is not None and (status.superseded or status.waiting > 0):
             return status.reason or f"round {result.round} is over"
-        now = handler.io.read_heartbeats(peers)
-        if all(now[p] != first[p] for p in peers):
+        now = _heartbeats(handler, peers)
+        if first is None:
+            first = now
+        elif now is not None and all(now[p] != first[p] for p in peers):
             return None
         if clock() >= deadline:
             return None
         sleep(min(0.1, timeouts.heartbeat_interval / 4))
+
+
+def _heartbeats(handler: RendezvousHandler, peers: tuple[str, ...]) -> dict[str, Any] | None:
+    from rallypoint.rendezvous.errors import RendezvousBackendError
+
+    try:
+        return handler.io.read_heartbeats(peers)
+    except RendezvousBackendError:
+        return None
