@@ -43,7 +43,7 @@ def _launch(launcher: list[str], tmp_path: Path, name: str) -> list[dict[str, st
     out = tmp_path / name
     out.mkdir()
     flags = ["--nproc-per-node", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{_free_port()}",
-             "--rdzv-id", "parity", "--max-restarts", "1"]  # fmt: skip
+             "--rdzv-id", "parity", "--max-restarts", "1", "--role", "trainer"]  # fmt: skip
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RALLYPOINT_", "TORCHELASTIC_", "MASTER_"))}
     proc = subprocess.run(
         [*launcher, *flags, str(tmp_path / "dump.py"), str(out)],
@@ -76,6 +76,7 @@ def test_every_variable_is_torchruns_but_the_allowed_ones(environments) -> None:
             if theirs[rank].get(n) != ours[rank].get(n) and not (n.startswith("RALLYPOINT_") and n not in theirs[rank])
         }
         assert differ == {}, f"rank {rank}: (torchrun, rallypoint) values differ"
+        assert ours[rank]["ROLE_NAME"] == "trainer"
         assert "TORCHELASTIC_SIGNALS_TO_HANDLE" in ours[rank]
         assert "OMP_NUM_THREADS" in ours[rank]
 

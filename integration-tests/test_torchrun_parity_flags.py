@@ -11,6 +11,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -53,7 +54,7 @@ ACCEPTED: dict[str, tuple[list[str], str]] = {
     "--monitor-interval": (["--monitor-interval", "0.5"], 'monitor_interval = "500ms"  # --monitor-interval'),
     "--start-method": (["--start-method", "forkserver"], "# worker command:"),
     "--event-log-handler": (["--event-log-handler", "null"], "# worker command:"),
-    "--role": (["--role", "default"], "# worker command:"),
+    "--role": (["--role", "trainer"], 'role = "trainer"  # --role (command line)'),
     "--module": (["--module", "json.tool"], 'module = "json.tool"  # SCRIPT (command line)'),
     "--no-python": (["--no-python", "/bin/true", "--"], "# worker command: /bin/true --"),
     "--log-dir": (["--log-dir", "{tmp}/logs"], "/logs\"  # --log-dir (command line)"),
@@ -72,7 +73,6 @@ ACCEPTED: dict[str, tuple[list[str], str]] = {
 }  # fmt: skip
 REFUSED: dict[str, list[str]] = {
     "--event-log-handler": ["--event-log-handler", "console"],
-    "--role": ["--role", "trainer"],
     "--no-python": ["--no-python"],  # with a .py script
     "--run-path": ["--run-path"],
     "--redirects": ["--redirects", "0:1,1:2"],
@@ -183,3 +183,25 @@ def test_the_cli_stays_light(argv: list[str], tmp_path: Path) -> None:
         [sys.executable, "-c", LIGHT, *argv], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
     )
     assert proc.stdout.splitlines()[-1] == "HEAVY=", proc.stdout[-2000:] + proc.stderr
+
+
+def test_nodes_with_different_roles_are_not_one_job(tmp_path: Path) -> None:
+    """``--role`` is the job's: a node giving another role is refused (exit 2), as a different job."""
+    (tmp_path / "train.py").write_text("import time; time.sleep(0.2)\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RALLYPOINT_")}
+    cli = [sys.executable, "-c", "from rallypoint.core.cli import entrypoint; entrypoint()", "run"]
+    common = ["--nnodes", "2", "--rdzv-backend", "file", "--rdzv-endpoint", str(tmp_path / "rdzv"),
+              "--rdzv-id", "roles", "--rdzv-conf", "join_timeout=20"]  # fmt: skip
+    first = subprocess.Popen([*cli, *common, "--role", "trainer", "train.py"], cwd=tmp_path, env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while not (tmp_path / "rdzv" / "roles").exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        second = subprocess.run([*cli, *common, "--role", "eval", "train.py"], cwd=tmp_path, env=env,
+                                capture_output=True, text=True, timeout=120)  # fmt: skip
+    finally:
+        first.kill()
+        first.communicate()
+    assert second.returncode == 2, second.stdout + second.stderr
+    assert "trainer" in second.stderr, second.stderr

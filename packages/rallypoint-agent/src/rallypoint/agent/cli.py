@@ -219,7 +219,10 @@ def run(
     if dry_run:
         return _dry_run(resolved, plan)
     _check_log_dir(plan.settings.log_dir, resolved.loaded.source_of("agent.log_dir"))
+    agent = resolved.section(AgentSection)
     rdzv = plan.rendezvous
+    if agent.role != "default":  # nodes of one job share a role: one with another is refused as another job
+        rdzv = replace(rdzv, fingerprint={**rdzv.fingerprint, "role": agent.role})
     handler = RendezvousHandler.from_selection(
         rdzv.backend,
         plan.node,
@@ -230,7 +233,7 @@ def run(
         pm=pm,
         fingerprint=rdzv.fingerprint,
     )
-    settings = _torchrun_settings(plan.settings, resolved.section(AgentSection))
+    settings = _torchrun_settings(plan.settings, agent)
     return ElasticAgent(handler, settings, pm=pm).run().exit_code
 
 
@@ -252,15 +255,18 @@ def _check_no_python(flags: dict[str, Any], script: list[str]) -> None:
 
 
 def _torchrun_settings(settings: AgentSettings, agent: AgentSection) -> AgentSettings:
-    """The shutdown timeout and the handled signals, as torchrun has them (workers see the signals too)."""
+    """The shutdown timeout, the handled signals and the role, as torchrun has them (workers see them)."""
     import signal
 
+    from rallypoint.agent.env import ROLE_ENV
+
     names = agent.signals_to_handle
+    role = {ROLE_ENV: agent.role} if agent.role != "default" else {}
     return replace(
         settings,
         stop_grace=agent.shutdown_timeout,
         signals=tuple(signal.Signals[name] for name in names.split(",")),
-        worker_env={"TORCHELASTIC_SIGNALS_TO_HANDLE": names, **settings.worker_env},
+        worker_env={"TORCHELASTIC_SIGNALS_TO_HANDLE": names, **settings.worker_env, **role},
     )
 
 

@@ -347,6 +347,9 @@ class AgentSection(Section):
         default="SIGTERM,SIGINT,SIGHUP,SIGQUIT",
         description="Signals the agent forwards to the workers before it stops (TORCHELASTIC_SIGNALS_TO_HANDLE).",
     )
+    role: Annotated[str, AfterValidator(_job_name)] = Field(
+        default="default", description="The workers' ROLE_NAME (torchrun's --role); every node of a job has the same."
+    )
 
 
 #: The sections this package declares, in the order a job file shows them.

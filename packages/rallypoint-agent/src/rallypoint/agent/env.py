@@ -15,7 +15,7 @@ from pathlib import Path
 
 from rallypoint.agent.ranks import WorkerRanks
 
-__all__ = ["PROTECTED", "WorkerContext", "scheduler_env", "worker_environment"]
+__all__ = ["PROTECTED", "ROLE_ENV", "WorkerContext", "scheduler_env", "worker_environment"]
 
 #: Variables plugins may not override through ``rallypoint_worker_env``.
 PROTECTED = frozenset(
@@ -39,6 +39,9 @@ PROTECTED = frozenset(
         "RALLYPOINT_ROUND",
     }
 )
+
+#: The job's role (``agent.role``) for ``ROLE_NAME``, when the agent sets one other than ``default``.
+ROLE_ENV = "RALLYPOINT_ROLE"
 
 _SCHEDULER_NAMES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE")
 _SCHEDULER_PREFIXES = ("SLURM_", "OMPI_COMM_WORLD_")
@@ -118,7 +121,7 @@ def worker_environment(
             "GROUP_RANK": str(r.group_rank),
             "GROUP_WORLD_SIZE": str(r.group_world_size),
             "ROLE_RANK": str(r.role_rank),
-            "ROLE_NAME": r.role,
+            "ROLE_NAME": (extra or {}).get(ROLE_ENV) or r.role,
             "ROLE_WORLD_SIZE": str(r.role_world_size),
             "MASTER_ADDR": ctx.master_addr,
             "MASTER_PORT": str(ctx.master_port),

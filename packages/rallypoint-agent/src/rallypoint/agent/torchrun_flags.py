@@ -142,14 +142,7 @@ TORCHRUN_FLAGS: tuple[TorchrunFlag, ...] = (
         keep_default="null",
         metavar="NAME",
     ),
-    _f(
-        "--role",
-        "Only 'default': one role per job.",
-        refused="rallypoint runs one role per job (ROLE_NAME is 'default'); run each role as its own job "
-        "with its own --rdzv-id",
-        keep_default="default",
-        metavar="ROLE",
-    ),
+    _f("--role", "The workers' ROLE_NAME (agent.role); the same on every node of a job.", metavar="ROLE"),
     _f("--module", "Run SCRIPT as a Python module (python -m).", short="-m", is_flag=True),
     _f(
         "--no-python",
@@ -479,6 +472,7 @@ def torchrun_overrides(flags: Mapping[str, Any], environ: Mapping[str, str]) -> 
         out += _redirects(flags["redirects"], flags.get("tee") is not None)
     if flags.get("rdzv_conf"):
         out += _rdzv_conf(flags["rdzv_conf"], backend)
+    add("agent.role", flags.get("role"), "--role")
     add("agent.signals_to_handle", flags.get("signals_to_handle"), "--signals-to-handle")
     if flags.get("shutdown_timeout") is not None:
         add("agent.shutdown_timeout", _seconds(flags["shutdown_timeout"]), "--shutdown-timeout")
