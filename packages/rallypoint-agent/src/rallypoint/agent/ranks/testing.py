@@ -16,8 +16,8 @@ Usage, in a strategy's test module::
             return MyOptions(spread=True)
 
 The kit runs the strategy over many random node sets (1 to 33 nodes, 1 to 8 workers each, up
-to three roles, random hosts, labels and ``previous_rank`` values; seeded, so a failure names a
-seed that reproduces it) and checks:
+to three roles, random hosts, some shared by several nodes, rack and switch labels per host,
+random ``previous_rank`` values; seeded, so a failure names a seed that reproduces it) and checks:
 
 * **assignment invariants**: the result passes
   :func:`~rallypoint.agent.ranks.validate_assignment` (every worker of every node gets one global
@@ -68,19 +68,24 @@ def random_nodes(seed: int, *, max_nodes: int = 33) -> list[RankNode]:
     count = rng.randint(1, max_nodes)
     roles = _ROLES[: rng.randint(1, len(_ROLES))]
     hosts = [f"host-{rng.randrange(10_000):04d}" for _ in range(count)]
+    # a host is in one place: every node on a host publishes the host's labels
+    labels = {
+        host: {"rack": f"r{rng.randrange(4)}", "switch": f"s{rng.randrange(2)}"} if rng.random() < 0.7 else {}
+        for host in hosts
+    }
     group_ranks = list(range(count))
     rng.shuffle(group_ranks)
     nodes = []
     for i in range(count):
-        labels = {"rack": f"r{rng.randrange(4)}", "switch": f"s{rng.randrange(2)}"} if rng.random() < 0.7 else {}
+        host = hosts[i] if rng.random() < 0.9 else hosts[0]  # a few nodes share a host
         nodes.append(
             RankNode(
                 node_id=f"node-{seed}-{i}",
                 group_rank=group_ranks[i],
-                host=hosts[i] if rng.random() < 0.9 else hosts[0],  # a few nodes share a host
+                host=host,
                 local_world_size=rng.randint(1, 8),
                 role=rng.choice(roles),
-                labels=labels,
+                labels=labels[host],
                 previous_rank=rng.randrange(64) if rng.random() < 0.3 else None,
             )
         )
