@@ -49,7 +49,8 @@ ACCEPTED: dict[str, tuple[list[str], str]] = {
     "--rdzv-id": (["--rdzv-id", "r2"], 'run_id = "r2"  # --rdzv-id (command line)'),
     "--rdzv-conf": (["--rdzv-conf", "join_timeout=30,last_call_timeout=2"],
                     'last_call_timeout = "2s"  # --rdzv-conf last_call_timeout (command line)'),
-    "--standalone": (["--standalone"], 'backend = "memory"  # --standalone (command line)'),
+    "--standalone": (["--standalone", "--rdzv-backend", "c10d", "--rdzv-endpoint", "h:1"],  # ignored, as in torchrun
+                     'backend = "memory"  # --standalone (command line)'),
     "--max-restarts": (["--max-restarts", "0"], "max_restarts = 0  # --max-restarts (command line)"),
     "--monitor-interval": (["--monitor-interval", "0.5"], 'monitor_interval = "500ms"  # --monitor-interval'),
     "--start-method": (["--start-method", "forkserver"], "# worker command:"),

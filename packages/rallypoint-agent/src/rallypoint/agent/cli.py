@@ -238,9 +238,10 @@ def run(
 
 
 def _endpoint(flags: dict[str, Any]) -> str | None:
+    """``--rdzv-endpoint`` as the backend takes it; ignored with ``--standalone``, as torchrun does."""
     from rallypoint.agent.torchrun_flags import endpoint_value
 
-    return endpoint_value(flags, flags.get("rdzv_endpoint"))
+    return None if flags.get("standalone") else endpoint_value(flags, flags.get("rdzv_endpoint"))
 
 
 def _check_no_python(flags: dict[str, Any], script: list[str]) -> None:
