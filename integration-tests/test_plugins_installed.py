@@ -118,13 +118,16 @@ def test_plugins_list_json_marks_the_essential_packages() -> None:
     assert plugins["gloo"]["registers"] == {"collective backend": ["gloo"]}
 
 
-def test_version_lists_core_and_the_essential_packages() -> None:
+def test_version_lists_every_rallypoint_distribution_and_plugin() -> None:
     result = run_cli("--version")
 
     assert result.returncode == 0
     assert result.stdout.splitlines() == [
         f"rallypoint {_version('rallypoint-core')}",
         *(f"  rallypoint-{name} {_version(f'rallypoint-{name}')}" for name in ESSENTIAL),
+        *(f"  rallypoint-{name} {_version(f'rallypoint-{name}')}" for name in PLUGINS),
+        "plugins:",
+        *(f"  {name} (rallypoint-{name} {_version(f'rallypoint-{name}')})" for name in PLUGINS),
     ]
 
 
