@@ -516,6 +516,8 @@ def test_a_disabled_plugin_is_reported_as_disabled_when_selected(tmp_path, run_c
 
     assert result.returncode == 2
     assert "'cogs' is provided by the plugin 'cogs', which is disabled by RALLYPOINT_DISABLE_PLUGINS" in result.stderr
+    listed = run_cli("plugins", "list", "--json", env={"RALLYPOINT_DISABLE_PLUGINS": "cogs"})
+    assert json.loads(listed.stdout)["disabled"] == ["cogs"]
 
 
 def test_an_os_error_about_a_path_names_the_path_and_what_to_check(cli_with_subcommands, capsys, monkeypatch) -> None:

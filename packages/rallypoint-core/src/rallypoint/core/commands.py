@@ -98,7 +98,8 @@ def plugins_list(as_json: bool) -> int:
         for f in pm.load_failures
     ]
     if as_json:
-        click.echo(json.dumps({"plugins": rows, "failed": failures, "conflicts": conflicts}, indent=2))
+        data = {"plugins": rows, "failed": failures, "conflicts": conflicts, "disabled": sorted(pm.disabled)}
+        click.echo(json.dumps(data, indent=2))
         return 2 if conflicts else 0
     width_name = max([len("PLUGIN"), *(len(r["name"]) + 2 for r in rows)])
     dists = [f"{r['distribution'] or '-'} {r['version'] or ''}".strip() for r in rows]
