@@ -5,7 +5,7 @@ Each flag of torchrun (both spellings, ``--nproc-per-node`` and ``--nproc_per_no
 source is the flag (``rallypoint run --dry-run`` and the failure messages name it), or
 **refused** when it makes no sense here, with a message that says why and what to use instead.
 A few flags are **accepted without effect** because they have none in torchrun either for a
-script (``--start-method``), or because they keep torchrun's default (``--role default``).
+script (``--start-method``), or because they keep torchrun's default (``--event-log-handler null``).
 
 Static rendezvous (``--node-rank`` with ``--master-addr``/``--master-port``, or
 ``--rdzv-backend static``) becomes the ``grpc`` backend at ``MASTER_ADDR:MASTER_PORT``: the agent
@@ -28,6 +28,8 @@ __all__ = [
     "TORCHRUN_FLAGS",
     "TorchrunFlag",
     "TorchrunRefused",
+    "endpoint_value",
+    "is_static",
     "static_node_env",
     "torchrun_options",
     "torchrun_overrides",
