@@ -40,12 +40,15 @@ def test_the_grpc_server_restarts_and_the_job_goes_on(hosts, tmp_path: Path, ddp
     job.start_all(net.hosts[1:])
     job.wait_until(lambda: any(p["world"] == 2 and p["step"] >= 8 for p in job.progress()), "step 8 on 2 hosts")
     down_at = time.time()
+    before = last_step_before(job, down_at)
     net.kill(server_host)  # the server host loses power
     serve(server_host, tmp_path, 29571)
     up_at = time.time()
     job.assert_succeeded()
     assert_same_weights(job.final_weights(), ddp_reference)
-    assert {(p["round"], p["restart"], p["world"]) for p in job.progress()} == {(0, 0, 2)}, job.outputs()
+    # the same round went on (round 0 may have started with one host if the other came late)
+    key = {(p["round"], p["restart"], p["world"]) for p in job.progress() if p["t"] >= before["t"]}
+    assert key == {(before["round"], before["restart"], 2)}, job.outputs()
     record(
         "gRPC rendezvous server killed and restarted (job continues)",
         {"server_down_s": round(up_at - down_at, 2), "steps_lost": 0, "rounds": 1},
