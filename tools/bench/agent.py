@@ -233,7 +233,11 @@ def _run(argv: Sequence[str], cwd: str, env: dict[str, str], what: str) -> None:
         raise BenchmarkError(f"{what}: {_describe(argv)} took longer than {COMMAND_TIMEOUT:g}s") from exc
     if proc.returncode != 0:
         output = proc.stdout.decode(errors="replace") if isinstance(proc.stdout, bytes) else proc.stdout or ""
-        errors = [line.strip() for line in output.splitlines() if re.search(r"\w+Error: ", line)]
+        errors = [
+            line.strip()
+            for line in output.splitlines()
+            if re.search(r"\w+Error: ", line) and "ChildFailedError" not in line  # torchrun's own summary
+        ]
         cause = f"; the last error line: {errors[-1]}" if errors else ""
         raise BenchmarkError(
             f"{what}: {_describe(argv)} exited with {proc.returncode}{cause}; last lines:\n  {_tail(proc.stdout)}"
@@ -351,8 +355,8 @@ def _failure_reason(message: str) -> str:
     """``exited with 1 (RuntimeError: ...)`` or ``took longer than 120s`` from a failed run's error."""
     found = re.search(r"(exited with -?\d+|took longer than \S+)", message)
     reason = found.group(1) if found else message.strip().splitlines()[0][:120]
-    errors = [line.strip() for line in message.splitlines() if re.search(r"\w+Error\b", line)]
-    return f"{reason} ({errors[-1][:160]})" if errors else reason
+    error = re.search(r"the last error line: (.*?); last lines:", message)
+    return f"{reason} ({error.group(1)[:200]})" if error else reason
 
 
 class RestartSide:
@@ -468,6 +472,22 @@ def measure_p1w(args: argparse.Namespace, workdir: str) -> Comparison:
     )
 
 
+def _without_preload(args: argparse.Namespace, workdir: str, notes: list[str]) -> str:
+    """Our P3b without ``--preload`` (report only, before the comparison): what the warm process saves."""
+    plain, _ = _launchers("restart_torch.py", restarts=True)
+    clock = VirtualClock()
+    side = RestartSide(plain, workdir, clock, "rallypoint without --preload", mark="step", retries=2, notes=notes)
+    samples = []
+    for _ in range(settings_from_args(args)["rounds"]):
+        before = clock.now
+        side()
+        samples.append(clock.now - before)
+    return (
+        f"report only, rallypoint without --preload (median of {len(samples)}, run before the comparison): "
+        f"{format_duration(statistics.median(samples))}"
+    )
+
+
 def measure_p3b(args: argparse.Namespace, workdir: str) -> Comparison:
     (Path(workdir) / "restart_torch.py").write_text(RESTART_TORCH)
     ours, theirs = _launchers("restart_torch.py", restarts=True, preload=True)
@@ -481,6 +501,7 @@ def measure_p3b(args: argparse.Namespace, workdir: str) -> Comparison:
         f"A rallypoint: {_describe(ours)}",
         f"B torch:      {_describe(theirs)}",
         "sample: max(first step of the attempt-1 workers) - time.time() just before os.kill",
+        _without_preload(args, workdir, notes),
         "a run whose restart fails is repeated (twice at most; each one listed below, none counted):",
     ]
     details_and_notes = _Joined(details, notes)
