@@ -28,6 +28,7 @@ import subprocess
 import sys
 import time
 import tomllib
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -177,6 +178,13 @@ def test_dist_builds_a_wheel_and_an_sdist_of_every_member_and_their_metadata_pas
 
     assert files == sorted([f"{n}-0.1.0-py3-none-any.whl" for n in names] + [f"{n}-0.1.0.tar.gz" for n in names])
     assert "metadata: ok (twine check --strict" in venv.dist_output
+    # pip install "rallypoint-<package>[testing]" brings the test tools with every package that has a kit
+    for package in ("rendezvous", "agent", "collectives", "core", "timer", "rpc"):
+        with zipfile.ZipFile(venv.dist / f"rallypoint_{package}-0.1.0-py3-none-any.whl") as wheel:
+            meta = wheel.read(f"rallypoint_{package}-0.1.0.dist-info/METADATA").decode()
+        assert "Provides-Extra: testing" in meta, package
+        for tool in ("pytest>=8", "pytest-xdist>=3.5", "pytest-timeout>=2.3"):
+            assert f"Requires-Dist: {tool}; extra == 'testing'" in meta, (package, tool)
 
 
 def test_the_meta_package_from_dist_runs_a_job(venv: Venv, tmp_path: Path) -> None:
