@@ -154,16 +154,49 @@ def test_with_tls_no_tcp_socket_is_offered(tmp_path: Any) -> None:
 
 def test_a_handler_that_blocks_does_not_hold_up_the_others_on_its_socket() -> None:
     with g.rpc_group(2) as agents, use_agent(agents[0]):
-        slow = [rpc.rpc_async("w1", g.wait_release, args=(30,)) for _ in range(4)]
+        slow = [rpc.rpc_async("w1", g.wait_release, args=(30,)) for _ in range(12)]
         start = time.monotonic()
         assert rpc.rpc_sync("w1", g.add, args=(1, 2)) == 3
         assert time.monotonic() - start < 10
         assert not any(f.done() for f in slow)
         g.RELEASE.set()
-        assert [f.wait(30) for f in slow] == ["released"] * 4
+        assert [f.wait(30) for f in slow] == ["released"] * 12
         # the spare threads of the connection go away again, down to a few
         conn = next(iter(agents[1].transport._sockets._connections))  # type: ignore[attr-defined]
         deadline = time.monotonic() + 10
-        while conn._threads > 4 and time.monotonic() < deadline:
+        while conn._threads > 9 and time.monotonic() < deadline:
             threading.Event().wait(0.05)
-        assert conn._threads <= 4
+        assert conn._threads <= 9
+
+
+def test_threads_that_mix_blocking_and_asynchronous_calls_and_timeouts_all_get_their_replies() -> None:
+    with g.rpc_group(2) as agents:
+        errors: list[BaseException] = []
+
+        def worker(seed: int) -> None:
+            try:
+                with use_agent(agents[0]):
+                    for i in range(60):
+                        kind = (seed + i) % 4
+                        if kind == 0:
+                            assert rpc.rpc_sync("w1", g.add, args=(i, seed)) == i + seed
+                        elif kind == 1:
+                            futures = [rpc.rpc_async("w1", g.add, args=(i, k)) for k in range(3)]
+                            assert [f.wait(30) for f in futures] == [i, i + 1, i + 2]
+                        elif kind == 2:
+                            with pytest.raises(rpc.RpcTimeout):  # a call that times out, as the reader or not
+                                rpc.rpc_sync("w1", g.wait_release, args=(0.2,), timeout=0.01)
+                        else:
+                            fut = rpc.rpc_async("w1", g.add, args=(i, 1))
+                            assert rpc.rpc_sync("w1", g.add, args=(i, 2)) == i + 2
+                            assert fut.wait(30) == i + 1
+            except BaseException as exc:  # noqa: BLE001 - reported by the test thread
+                errors.append(exc)
+
+        threads = [threading.Thread(target=worker, args=(seed,)) for seed in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(120)
+        assert not any(t.is_alive() for t in threads), "a caller is stuck"
+        assert errors == []

@@ -35,7 +35,8 @@ from rallypoint.rpc.transport import (
 from rallypoint.rpc.wire import frame_size
 from rallypoint_grpc.rpc_options import GrpcRpcOptions
 from rallypoint_grpc.rpc_shm import METADATA_KEY, REF_MAGIC, THRESHOLD, SharedMemoryPath
-from rallypoint_grpc.rpc_socket import ClientConnection, Deadlines, SocketServer, connect
+from rallypoint_grpc.rpc_socket import SocketServer
+from rallypoint_grpc.rpc_socket_client import ClientConnection, Deadlines, connect
 from rallypoint_grpc.transport import (
     TOKEN_HEADER,
     TlsFiles,
