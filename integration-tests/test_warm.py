@@ -152,3 +152,32 @@ def test_preloading_a_program_that_is_not_python_is_a_config_error(tmp_path: Pat
     assert result.returncode == 2
     assert "agent.preload" in result.stderr
     assert "needs a Python script or module" in result.stderr
+
+
+KILL_WARM = """
+import os, signal, sys
+attempt = os.environ["TORCHELASTIC_RESTART_COUNT"]
+with open(os.path.join(sys.argv[1], f"{os.environ['RANK']}.{attempt}"), "w") as f:
+    f.write(str(os.getppid()))
+if attempt == "0" and os.environ["RANK"] == "0":
+    os.kill(os.getppid(), signal.SIGKILL)  # the warm process: every worker dies with it
+    signal.pause()
+"""
+
+
+def test_a_dead_warm_process_is_replaced_and_the_job_restarts(tmp_path: Path) -> None:
+    body = suite.script(tmp_path, "killwarm.py", KILL_WARM)
+    result = subprocess.run(
+        [*suite.RALLYPOINT, "run", "--nproc-per-node", "2", "--preload", "json", "--run-id", "kw", str(body), "."],
+        cwd=tmp_path,
+        env=_plain_agent_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    parents = {p.name: int(p.read_text()) for p in tmp_path.glob("[01].[01]")}
+    assert sorted(parents) == ["0.0", "0.1", "1.1"] or sorted(parents) == ["0.0", "0.1", "1.0", "1.1"]
+    assert parents["0.1"] == parents["1.1"] != parents["0.0"]  # attempt 1 forked by a new warm process
+    assert f"the warm process (pid {parents['0.0']}) ended (signal SIGKILL); starting a new one" in result.stderr
+    assert "signal SIGKILL" in result.stderr  # the workers' outcome, as the agent saw it

@@ -250,6 +250,21 @@ def test_a_dead_warm_process_is_replaced_and_its_workers_report_sigkill(libdir: 
         warm.close()
 
 
+def test_a_spawn_right_after_the_warm_process_was_killed_gets_a_new_one(libdir: Path, tmp_path: Path) -> None:
+    warm = WarmLauncher(["warmmod"], env={**os.environ, "PYTHONPATH": str(libdir)}, console=io.StringIO())
+    try:
+        warm.start()
+        first = warm.pid
+        assert first is not None
+        assert warm.spawn([PY, "-u", str(libdir / "report.py")], env=worker_env(libdir, tmp_path / "a")).wait(30) == 0
+        os.kill(first, signal.SIGKILL)  # no waiting: the launcher may not have noticed yet
+        out = tmp_path / "b.json"
+        assert warm.spawn([PY, "-u", str(libdir / "report.py")], env=worker_env(libdir, out)).wait(30) == 0
+        assert json.loads(out.read_text())["imported_by"] == warm.pid != first
+    finally:
+        warm.close()
+
+
 @pytest.mark.parametrize(
     ("module", "message"),
     [

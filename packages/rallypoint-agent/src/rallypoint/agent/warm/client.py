@@ -42,6 +42,10 @@ READY_TIMEOUT = 600.0
 SPAWN_TIMEOUT = 60.0
 
 
+class _WarmGone(OSError):
+    """The warm process ended before it answered a spawn request."""
+
+
 class WarmRefusedError(RallypointError):
     """The warm process cannot fork workers: a preloaded module failed or is unsafe to fork after."""
 
@@ -205,7 +209,7 @@ class _Connection:
             live = list(self._handles.values())
             self._handles.clear()
             for future, _argv in self._pending.values():
-                future.set_exception(OSError(0, "the warm process ended while starting the worker"))
+                future.set_exception(_WarmGone(0, "the warm process ended while starting the worker"))
             self._pending.clear()
             self._state.notify_all()
         deadline = time.monotonic() + 10.0
@@ -236,7 +240,7 @@ class _Connection:
         future: concurrent.futures.Future[WarmProcess] = concurrent.futures.Future()
         with self._state:
             if self.dead:
-                raise OSError(0, "the warm process ended")
+                raise _WarmGone(0, "the warm process ended")
             self._next_id += 1
             request_id = self._next_id
             self._pending[request_id] = (future, list(argv))
@@ -245,11 +249,16 @@ class _Connection:
         try:
             with self._send_lock:
                 _server.send(self.sock, request, fds)
-        except OSError:
+        except OSError as exc:
             with self._state:
                 self._pending.pop(request_id, None)
-            raise
+            raise _WarmGone(exc.errno or 0, f"the warm process is gone ({exc})") from exc
         return future.result(SPAWN_TIMEOUT)
+
+    def wait_gone(self, timeout: float) -> None:
+        """Wait until the reader thread has seen the end of the warm process."""
+        with self._state:
+            self._state.wait_for(lambda: self.dead, timeout)
 
     def reap(self, pid: int) -> None:
         with contextlib.suppress(OSError), self._send_lock:
@@ -369,19 +378,26 @@ class WarmLauncher:
         """Fork one worker: ``argv`` is ``[python, -u, script, ...]`` or ``[python, -u, -m, module, ...]``.
 
         ``stdout`` and ``stderr`` are descriptors the worker gets as its 1 and 2 (the caller keeps
-        its own copies); its stdin is ``/dev/null``. ``env`` is its complete environment.
+        its own copies); its stdin is ``/dev/null``. ``env`` is its complete environment. A warm
+        process found dead, or dying under the request, is replaced and the request made once more.
 
         Raises:
             WarmRefusedError: a preloaded module failed to import or made forking unsafe.
             OSError: the worker could not be set up (e.g. no such working directory).
             RallypointError: the warm process died before it was ready.
         """
-        with self._lock:
-            conn = self._ensure()
-        conn.wait_ready(READY_TIMEOUT)
-        return conn.spawn(
-            argv, dict(os.environ if env is None else env), os.fspath(cwd) if cwd else None, [stdout, stderr], pdeathsig
-        )
+        environ = dict(os.environ if env is None else env)
+        for retry in (False, True):
+            with self._lock:
+                conn = self._ensure()
+            conn.wait_ready(READY_TIMEOUT)
+            try:
+                return conn.spawn(argv, environ, os.fspath(cwd) if cwd else None, [stdout, stderr], pdeathsig)
+            except _WarmGone:
+                if retry:  # a second warm process died under this request too: give up
+                    raise
+                conn.wait_gone(5.0)  # the next _ensure() then starts a new one
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def close(self) -> None:
         """Stop the warm process (its workers must have been stopped before)."""
