@@ -336,3 +336,15 @@ def test_the_control_socket_is_not_inherited_by_workers(launcher: WarmLauncher, 
     assert handle.wait(30) == 0
     links = json.loads(out.read_text())
     assert [fd for fd, target in links.items() if target.startswith("socket:")] == []
+
+
+def test_closing_a_launcher_still_importing_does_not_wait_for_the_import(tmp_path: Path) -> None:
+    (tmp_path / "slowmod.py").write_text("import time\ntime.sleep(60)\n")
+    warm = WarmLauncher(["slowmod"], env={**os.environ, "PYTHONPATH": str(tmp_path)})
+    warm.start()
+    pid = warm.pid
+    assert pid is not None
+    started = time.monotonic()
+    warm.close()
+    assert time.monotonic() - started < 5.0  # not the 60 s import, nor the 5 s grace
+    assert wait_until(lambda: state(pid) is None)

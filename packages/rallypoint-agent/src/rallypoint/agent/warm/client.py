@@ -265,6 +265,9 @@ class _Connection:
             _server.send(self.sock, {"op": "reap", "pid": pid})
 
     def close(self, timeout: float = 5.0) -> None:
+        if not self.ready:  # still importing (a signal stopped the agent early): nothing to wait for
+            with contextlib.suppress(OSError):
+                self.popen.kill()
         with contextlib.suppress(OSError):
             self.sock.shutdown(socket.SHUT_RDWR)
         try:
