@@ -116,6 +116,8 @@ class DdpJob:
             "--max-restarts", str(max_restarts), "--monitor-interval", "0.1", *HEARTBEAT,
             "--set", "rendezvous.last_call_timeout=0.5s", *extra,
         ]  # fmt: skip
+        if os.environ.get("RP_FAULTS_PRELOAD"):  # figures with warm workers: RP_FAULTS_PRELOAD=torch
+            self.argv += ["--preload", os.environ["RP_FAULTS_PRELOAD"]]
         self.train = [str(TRAIN), "--out", str(self.out), *train]
         self.agents: list[Agent] = []
 

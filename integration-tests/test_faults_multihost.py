@@ -26,13 +26,15 @@ def test_a_killed_host_leaves_the_job_on_the_survivors_without_spending_restarts
     hosts, tmp_path: Path, ddp_reference: list[float]
 ) -> None:
     net = hosts(2)
-    a = net.hosts[0]
     job = DdpJob(net, tmp_path, nnodes="1:2", max_restarts=0, extra=TOPOLOGY)
     job.start_all()
     job.wait_until(lambda: any(p["world"] == 2 and p["step"] >= 8 for p in job.progress()), "step 8 on 2 hosts")
-    killed_at = kill_host(net, a)  # every process of nodea (its agent, its worker: global rank 0, the store)
+    rank0 = next(s["host"] for s in reversed(job.starts()) if s["rank"] == 0)
+    victim = next(h for h in net.hosts if h.name == rank0)
+    # every process of the host of global rank 0 at once: its agent, its worker (which serves the store)
+    killed_at = kill_host(net, victim)
     before = last_step_before(job, killed_at)
-    survivor = job.agents[1]
+    survivor = next(agent for agent in job.agents if agent.host is not victim)
     job.assert_succeeded([survivor])
     assert_same_weights(job.final_weights(), ddp_reference)
     out = survivor.output()
@@ -40,7 +42,7 @@ def test_a_killed_host_leaves_the_job_on_the_survivors_without_spending_restarts
     assert "restarting the job" not in out
     assert "no restart counted" in out
     after = [s for s in job.starts() if s["t"] > killed_at]
-    assert [(s["host"], s["world"], s["rank"], s["restart"]) for s in after] == [("nodeb", 1, 0, 0)]
+    assert [(s["host"], s["world"], s["rank"], s["restart"]) for s in after] == [(survivor.host.name, 1, 0, 0)]
     figures = job.figures(killed_at, before, [survivor])
     assert figures["world_after"] == 1
     record("host killed, no spare (2 hosts -> 1, max_restarts 0)", figures)
