@@ -206,3 +206,25 @@ def test_nodes_with_different_roles_are_not_one_job(tmp_path: Path) -> None:
         first.communicate()
     assert second.returncode == 2, second.stdout + second.stderr
     assert "trainer" in second.stderr, second.stderr
+
+
+def test_torchruns_pet_variables_stand_for_flags(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``PET_<FLAG>`` gives a flag the command line leaves out, as with torchrun; the command line wins."""
+    (tmp_path / "x.py").write_text("")
+    monkeypatch.setenv("PET_NPROC_PER_NODE", "3")
+    monkeypatch.setenv("PET_MAX_RESTARTS", "1")
+    monkeypatch.setenv("PET_STANDALONE", "1")
+    monkeypatch.setenv("PET_LOCAL_ADDR", "127.0.0.7")
+    code, output = _run(["--max-restarts", "2", str(tmp_path / "x.py")], capsys)
+    assert code == 0, output
+    assert "nproc_per_node = 3  # PET_NPROC_PER_NODE (environment)" in output
+    assert "max_restarts = 2  # --max-restarts (command line)" in output
+    assert 'backend = "memory"  # PET_STANDALONE (environment)' in output
+    assert "at 127.0.0.7, 3 worker(s)" in output
+    monkeypatch.setenv("PET_STANDALONE", "0")
+    monkeypatch.setenv("PET_RUN_PATH", "1")
+    code, output = _run([str(tmp_path / "x.py")], capsys)
+    assert code == 2, output
+    assert "--run-path:" in output

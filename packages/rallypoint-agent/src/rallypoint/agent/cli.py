@@ -193,7 +193,7 @@ def run(
     from rallypoint.agent.agent import ElasticAgent
     from rallypoint.agent.config import AgentSection
     from rallypoint.agent.plan import NodeFacts, plan_job
-    from rallypoint.agent.torchrun_flags import static_node_env, torchrun_overrides
+    from rallypoint.agent.torchrun_flags import from_environment, static_node_env, torchrun_overrides
     from rallypoint.core.cli import plugin_manager
     from rallypoint.core.commands import _parse_set
     from rallypoint.rendezvous.handler import RendezvousHandler
@@ -201,9 +201,11 @@ def run(
     _check_node_names(click.get_current_context(), node_id=node_id, host_name=host_name)
     script = list(args)
     job_file = script.pop(0) if script and script[0].endswith(".toml") else None
+    flags, from_env = from_environment({**flags, "module": as_module, "local_addr": local_addr}, os.environ)
+    as_module, local_addr = bool(flags.pop("module")), flags.pop("local_addr")  # PET_MODULE, PET_LOCAL_ADDR too
     _check_no_python(flags, script)
     overrides = [
-        *torchrun_overrides(flags, os.environ),
+        *torchrun_overrides(flags, os.environ, from_env),
         *_script_overrides(script, as_module, job_file),
         *_parse_set(set_values),
         ("agent.preload", preload, f"--preload {_FLAG}"),  # None (not given) is dropped by _resolve
@@ -233,8 +235,7 @@ def run(
         pm=pm,
         fingerprint=rdzv.fingerprint,
     )
-    settings = _torchrun_settings(plan.settings, agent)
-    return ElasticAgent(handler, settings, pm=pm).run().exit_code
+    return ElasticAgent(handler, _torchrun_settings(plan.settings, agent), pm=pm).run().exit_code
 
 
 def _endpoint(flags: dict[str, Any]) -> str | None:

@@ -29,6 +29,7 @@ __all__ = [
     "TorchrunFlag",
     "TorchrunRefused",
     "endpoint_value",
+    "from_environment",
     "is_static",
     "static_node_env",
     "torchrun_options",
@@ -427,12 +428,52 @@ def _check_refused(flags: Mapping[str, Any]) -> None:
         raise _refuse(BY_DEST["start_method"], f"{method!r} is not one of spawn, fork, forkserver")
 
 
-def torchrun_overrides(flags: Mapping[str, Any], environ: Mapping[str, str]) -> list[Override]:
+def from_environment(flags: Mapping[str, Any], environ: Mapping[str, str]) -> tuple[dict[str, Any], set[str]]:
+    """The ``PET_<DEST>`` variables torchrun reads, for the flags the command line does not give.
+
+    As in torchrun, ``PET_NPROC_PER_NODE=4`` stands for ``--nproc-per-node 4`` and a flag
+    without a value is on when its variable is a number other than 0 (``PET_STANDALONE=1``).
+    Returns the flags and the ``dest`` of those taken from the environment.
+    """
+    out = dict(flags)
+    used: set[str] = set()
+    for flag in TORCHRUN_FLAGS:
+        text = environ.get(f"PET_{flag.dest.upper()}")
+        if text is None or out.get(flag.dest) not in (None, False):
+            continue
+        if flag.is_flag:
+            if text.strip() not in ("", "0"):
+                out[flag.dest] = True
+                used.add(flag.dest)
+        else:
+            out[flag.dest] = text
+            used.add(flag.dest)
+    return out, used
+
+
+def _relabel(overrides: list[Override], from_env: set[str]) -> list[Override]:
+    """Sources of values whose flag came from a ``PET_*`` variable name that variable instead."""
+    names = {BY_DEST[d].name: f"PET_{d.upper()}" for d in from_env}
+    out = []
+    for key, value, source in overrides:
+        token = source.split(" ", 1)[0]
+        parts = token.split("/")
+        if parts and all(p in names for p in parts):
+            source = source.replace(token, "/".join(names[p] for p in parts)).replace(_FLAG, "(environment)")
+        out.append((key, value, source))
+    return out
+
+
+def torchrun_overrides(
+    flags: Mapping[str, Any], environ: Mapping[str, str], from_env: set[str] | None = None
+) -> list[Override]:
     """The job-key overrides the torchrun flags given on the command line stand for.
 
     Args:
         flags: the parsed flags by ``dest`` (``None`` or ``False`` when not given).
         environ: the agent's environment (``--nproc-per-node gpu`` counts its visible GPUs).
+        from_env: the flags given by ``PET_*`` variables (see :func:`from_environment`): the
+            values they set name the variable as their source.
 
     Raises:
         TorchrunRefused: a refused flag or value (exit code 2), with the reason and the alternative.
@@ -480,7 +521,7 @@ def torchrun_overrides(flags: Mapping[str, Any], environ: Mapping[str, str]) -> 
         add("agent.shutdown_timeout", _seconds(flags["shutdown_timeout"]), "--shutdown-timeout")
     elif environ.get(SHUTDOWN_ENV):  # torchrun reads it when the flag is not given
         out.append(("agent.shutdown_timeout", _seconds(environ[SHUTDOWN_ENV]), f"{SHUTDOWN_ENV} (environment)"))
-    return out
+    return _relabel(out, from_env) if from_env else out
 
 
 def endpoint_value(flags: Mapping[str, Any], endpoint: str | None) -> str | None:
