@@ -348,3 +348,21 @@ def test_closing_a_launcher_still_importing_does_not_wait_for_the_import(tmp_pat
     warm.close()
     assert time.monotonic() - started < 5.0  # not the 60 s import, nor the 5 s grace
     assert wait_until(lambda: state(pid) is None)
+
+
+def test_workers_draw_their_own_random_numbers(tmp_path: Path) -> None:
+    """``random`` and NumPy's global generator, seeded in the warm process, are reseeded in each worker."""
+    body = (
+        "import json, random, sys\nimport numpy\n"
+        "json.dump([random.random(), numpy.random.random()], open(sys.argv[1], 'w'))\n"
+    )
+    (tmp_path / "draw.py").write_text(body)
+    warm = WarmLauncher(["numpy.random", "random"])
+    try:
+        for name in ("a", "b"):
+            assert warm.spawn([PY, "-u", str(tmp_path / "draw.py"), str(tmp_path / name)], env={}).wait(60) == 0
+    finally:
+        warm.close()
+    a, b = (json.loads((tmp_path / name).read_text()) for name in ("a", "b"))
+    assert a[0] != b[0]
+    assert a[1] != b[1]
