@@ -39,7 +39,9 @@ def main(argv: list[str] | None = None) -> int:
     except netns.NetnsUnavailable as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    # SIGTERM (kill, a CI job cancelled) and SIGHUP (the terminal closed) tear down like Ctrl-C
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    signal.signal(signal.SIGHUP, lambda *_: sys.exit(129))
     try:
         for host in network.hosts:
             shell = shlex.join(host.command(["bash"]))
