@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable
@@ -287,3 +288,50 @@ def test_backward_twice_in_one_context_accumulates(group: list[RpcAgent]) -> Non
         twice = dist_autograd.get_gradients(ctx_id)
         torch.testing.assert_close(twice[x], 2 * once[x])
         torch.testing.assert_close(twice[w], 2 * once[w])
+
+
+@rpc.expose
+class MeetingSGD(torch.optim.SGD):
+    """Plain SGD (no momentum) whose step reads ``.grad`` while a second step runs, if one can (2 s at most).
+
+    Unless steps on one worker are serialized, both read ``.grad`` after both have placed their
+    context's gradients there: one of them reads the other's.
+    """
+
+    trainers_ready = threading.Barrier(2)
+    meeting = threading.Barrier(2)
+
+    @torch.no_grad()
+    def step(self, closure: Any = None) -> Any:
+        with contextlib.suppress(threading.BrokenBarrierError):  # broken: steps are serialized
+            MeetingSGD.meeting.wait(timeout=2)
+        params = [p for group in self.param_groups for p in group["params"]]
+        grads = [p.grad.clone() for p in params]
+        with contextlib.suppress(threading.BrokenBarrierError):
+            MeetingSGD.meeting.wait(timeout=2)
+        for p, grad in zip(params, grads, strict=True):
+            p.sub_(grad, alpha=self.defaults["lr"])
+        return None
+
+
+@rpc.expose
+def train_with_own_optimizer(w_ref: rpc.RRef[torch.Tensor], scale: float) -> None:
+    optimizer = rpc.DistributedOptimizer(MeetingSGD, [w_ref], lr=1.0)
+    with dist_autograd.context() as ctx_id:
+        out = rpc.rpc_sync(w_ref.owner(), scale_by_owned, args=(w_ref, torch.full((2,), scale)))
+        dist_autograd.backward(ctx_id, [out.sum()])  # the gradient of w is `scale`
+        MeetingSGD.trainers_ready.wait(timeout=10)  # both trainers step at the same time
+        optimizer.step(ctx_id)
+
+
+def test_trainers_with_optimizers_of_their_own_over_shared_parameters_do_not_mix(group: list[RpcAgent]) -> None:
+    MeetingSGD.meeting.reset()
+    MeetingSGD.trainers_ready.reset()
+    with use_agent(group[0]):
+        weight = torch.zeros(2, requires_grad=True)
+        w_ref = rpc.RRef(weight)
+        futs = [rpc.rpc_async(f"w{t}", train_with_own_optimizer, args=(w_ref, float(t))) for t in (1, 2)]
+        for fut in futs:
+            fut.wait()
+        assert weight.detach().tolist() == [-3.0, -3.0]  # each step applied its own gradient once: -1 - 2
+        assert weight.grad is None

@@ -15,14 +15,19 @@ from rallypoint.rpc.rref import RRef
 
 __all__ = ["DistributedOptimizer", "OwnerOptimizer"]
 
+#: One step at a time on a worker, across every OwnerOptimizer there: trainers that each made a
+#: DistributedOptimizer over the same parameters have one OwnerOptimizer each on the owner.
+_STEP_LOCK = threading.Lock()
+
 
 @expose
 class OwnerOptimizer:
     """The optimizer of one owner's parameters (created there by :class:`DistributedOptimizer`).
 
     A step takes the gradients of one context (never ``.grad``): they are placed in ``.grad`` for
-    the optimizer's ``step()`` only, under a lock, and the previous ``.grad`` is put back, so
-    trainers stepping concurrently never see each other's gradients.
+    the optimizer's ``step()`` only, under a lock shared by every optimizer of this worker, and the
+    previous ``.grad`` is put back, so trainers stepping concurrently (each with an optimizer of
+    its own over the same parameters) never see each other's gradients.
     """
 
     def __init__(
@@ -32,12 +37,11 @@ class OwnerOptimizer:
             raise TypeError(f"DistributedOptimizer needs a torch.optim.Optimizer subclass, not {optimizer_class!r}")
         self.params = [rref.local_value() for rref in params]
         self.optimizer = optimizer_class(self.params, *args, **kwargs)
-        self.lock = threading.Lock()
 
     def step(self, context_id: int) -> None:
         """Step with the gradients that context ``context_id`` left on this worker."""
         grads = get_gradients(context_id)
-        with self.lock:
+        with _STEP_LOCK:
             saved = [p.grad for p in self.params]
             try:
                 for p in self.params:
