@@ -2,7 +2,8 @@
 
 Each node is told its rank and the master's address, as with torchrun; nothing else is shared.
 The master address is the host of node rank 1 here, which serves the rendezvous and is started
-first, so it arrives first: its group rank 1 shows that ranks come from ``--node-rank``.
+first, so it usually arrives first: its workers' global rank 1 shows that ranks come from
+``--node-rank``, not from the order of arrival.
 """
 
 from __future__ import annotations
@@ -56,4 +57,6 @@ def test_static_rendezvous_on_two_hosts_takes_ranks_from_node_rank(hosts, tmp_pa
     assert [procs[r].returncode for r in (0, 1)] == [0, 0], outputs
     seen = [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
     assert [s["sum"] for s in seen] == [3.0, 3.0]
-    assert [(s["host"], s["group_rank"]) for s in seen] == [(net.hosts[1].name, "0"), (net.hosts[0].name, "1")]
+    assert [s["host"] for s in seen] == [net.hosts[1].name, net.hosts[0].name]  # global ranks follow --node-rank
+    # GROUP_RANK is the rendezvous's group rank, which follows arrival (a known difference, in the guide)
+    assert sorted(s["group_rank"] for s in seen) == ["0", "1"]
