@@ -15,6 +15,7 @@ import _thread
 import contextlib
 import heapq
 import itertools
+import os
 import select
 import socket
 import threading
@@ -106,14 +107,29 @@ class _Inbox:
         self.buf = bytearray(_BUFFER)
         self.view = memoryview(self.buf)
         self.start = self.end = 0
+        #: Rung to interrupt the wait of the reader (the helper), e.g. when a blocking call could read.
+        self.bell = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         self.poll = select.poll()
         self.poll.register(sock, select.POLLIN)
+        self.poll.register(self.bell, select.POLLIN)
 
     def ready(self, timeout: float | None) -> bool:
-        """Whether a message has begun to arrive (waits ``timeout`` seconds at most; ``None``: forever)."""
+        """Whether a message has begun to arrive (waits ``timeout`` seconds at most; ``None``: forever).
+
+        ``False`` also when the bell rang (the reader then looks at its situation again).
+        """
         if self.end > self.start:
             return True
-        return bool(self.poll.poll(None if timeout is None else max(0, int(timeout * 1000) + 1)))
+        events = self.poll.poll(None if timeout is None else max(0, int(timeout * 1000) + 1))
+        if any(fd == self.bell for fd, _ in events):
+            with contextlib.suppress(OSError):
+                os.eventfd_read(self.bell)
+            return any(fd != self.bell for fd, _ in events)
+        return bool(events)
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            os.close(self.bell)
 
     def read(self, out: memoryview) -> None:
         """Fill ``out`` exactly (raises :class:`ProtocolError` when the peer closes first)."""
@@ -151,6 +167,8 @@ class ClientConnection:
         self.max_frame_bytes = max_frame_bytes
         self._pending: dict[int, _Waiter | Reply] = {}
         self._async = 0  # asynchronous calls among the pending
+        self._blocking = 0  # blocking calls among the pending
+        self._helper_reads = False
         self._reading = False  # a reader is appointed
         self._lock = threading.Lock()
         self._send_lock = threading.Lock()
@@ -174,7 +192,9 @@ class ClientConnection:
             if self.broken is not None:
                 raise TransportUnavailable(self.broken)
             self._pending[rid] = pending
-            if not isinstance(pending, _Waiter):
+            if isinstance(pending, _Waiter):
+                self._blocking += 1
+            else:
                 self._async += 1
         try:
             with self._send_lock:
@@ -193,6 +213,10 @@ class ClientConnection:
         with self._lock:
             lead = not self._reading
             self._reading = True
+            ring = self._helper_reads
+        if ring:  # the helper gives the reading to this thread (its reply then wakes nobody)
+            with contextlib.suppress(OSError):
+                os.eventfd_write(self._inbox.bell, 1)
         while True:
             if lead:
                 if not self._lead(waiter, deadline):
@@ -216,6 +240,10 @@ class ClientConnection:
         """The deadline passed: raise a timeout, unless the reply came in meanwhile."""
         with self._lock:
             gone = self._pending.pop(rid, None) is not None
+            self._blocking -= gone
+            lead, waiter.lead = waiter.lead, False
+        if lead:  # made the reader just now: pass it on
+            self._hand_over(waiter)
         if gone:
             raise TransportTimeout(f"DEADLINE_EXCEEDED: no reply from {self.peer} within {timeout:g}s")
 
@@ -232,6 +260,7 @@ class ClientConnection:
         with self._lock:
             wake = not self._reading
             self._reading = True
+            self._helper_reads = self._helper_reads or wake
         if wake:
             self._wake_helper()
 
@@ -254,15 +283,19 @@ class ClientConnection:
         try:
             while True:
                 with self._lock:
-                    if (until.status is not None) if until is not None else not self._async:
+                    if until is not None and until.status is not None:
                         return True
+                    if until is None and (not self._async or self._blocking):
+                        return True  # nothing to read for, or a blocking call can read
                 if until is None:  # the helper looks again now and then (calls that expired)
                     if not self._inbox.ready(_HELPER_POLL):
                         continue
                 else:
                     left = None if deadline is None else deadline - time.monotonic()
-                    if (left is not None and left <= 0) or not self._inbox.ready(left):
+                    if left is not None and left <= 0:
                         return False
+                    if not self._inbox.ready(left):
+                        continue  # the deadline (or a stale bell): look again
                 self._read_one()
         except (OSError, ValueError, ProtocolError) as exc:
             self._fail(f"connection to {self.peer} lost: {exc}")
@@ -281,6 +314,7 @@ class ClientConnection:
         with self._lock:
             pending = self._pending.pop(rid, None)
             if isinstance(pending, _Waiter):
+                self._blocking -= 1
                 pending.status, pending.data = status, body
                 pending.signal()
                 return
@@ -290,20 +324,23 @@ class ClientConnection:
             _deliver(pending, status, body)
 
     def _hand_over(self, stopping: _Waiter | None) -> None:
-        """The reader stops: the helper reads on for asynchronous calls, else a waiting thread does."""
+        """The reader stops: a thread waiting in a blocking call reads on.
+
+        Else, for asynchronous calls, the helper does; else nobody until the next call.
+        """
         with self._lock:
-            self._reading = False
+            self._reading = self._helper_reads = False
             if self.broken is not None:
                 return
-            if self._async:
-                self._reading = True
-            else:
+            if self._blocking:
                 for item in self._pending.values():
                     if isinstance(item, _Waiter) and item.status is None and item is not stopping:
                         self._reading = item.lead = True
                         item.signal()
                         return
+            if not self._async:
                 return
+            self._reading = self._helper_reads = True
         self._wake_helper()
 
     def _wake_helper(self) -> None:
@@ -323,7 +360,7 @@ class ClientConnection:
         with self._lock:
             if self.broken is None:
                 self.broken = why
-            pending, self._pending, self._async = self._pending, {}, 0
+            pending, self._pending, self._async, self._blocking = self._pending, {}, 0, 0
             for item in pending.values():
                 if isinstance(item, _Waiter):
                     item.status, item.data = -1, TransportUnavailable(why)
@@ -341,6 +378,7 @@ class ClientConnection:
         self._fail(f"connection to {self.peer} closed by this worker")
         with self._send_lock, contextlib.suppress(OSError):
             self.sock.close()
+        self._inbox.close()
 
 
 def _result(status: int | None, data: Any) -> Any:
