@@ -249,10 +249,12 @@ def kill_host(net: netns.HostNetwork, host: netns.Host) -> float:
     return at
 
 
-def assert_same_weights(got: Sequence[float], want: Sequence[float], tol: float = 1e-5) -> None:
+def assert_same_weights(got: Sequence[float], want: Sequence[float], tol: float = 1e-5) -> float:
+    """Check the final weights against the reference's; returns the largest difference."""
     assert len(got) == len(want), f"{len(got)} weights, reference has {len(want)}"
     worst = max(abs(a - b) for a, b in zip(got, want, strict=True))
     assert worst <= tol, f"final weights differ from the single-process run by {worst:.3g} (> {tol:g})"
+    return worst
 
 
 def record(scenario: str, figures: dict[str, Any]) -> None:
