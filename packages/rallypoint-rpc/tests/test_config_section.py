@@ -54,6 +54,8 @@ def test_the_transport_is_resolved_only_when_the_job_has_an_rpc_section(tmp_path
     (tmp_path / "rpc.toml").write_text('[job]\nentrypoint = "train.py"\n[rpc]\n')
     with pytest.raises(ConfigError) as info:
         resolve_config(load_job_config(tmp_path / "rpc.toml", pm, environ={}), pm)
-    assert f"{tmp_path / 'rpc.toml'}: rpc.transport: unknown RPC transport 'grpc'; available: none installed." in (
-        str(info.value)
-    )
+    # The disabled transport plugin is named as disabled (not as missing), with the way back.
+    assert (
+        f"{tmp_path / 'rpc.toml'}: rpc.transport: 'grpc' is provided by the plugin 'grpc', which is disabled by"
+        " RALLYPOINT_DISABLE_PLUGINS; remove grpc from that variable to use it"
+    ) in str(info.value)
