@@ -22,7 +22,7 @@ def test_two_torchrun_agents_on_two_hosts_share_the_rallypoint_file_rendezvous(
     procs = []
     for host in net.hosts:
         argv = [
-            PY, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "2",
+            PY, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1",
             "--rdzv-backend", "rallypoint-file", "--rdzv-endpoint", str(tmp_path / "rdzv"), "--rdzv-id", "torchrun-mh",
             "--max-restarts", "0", "--local-addr", host.addr, "--monitor-interval", "0.1",
             str(TRAIN), "--out", str(out), *TRAIN_ARGS,
@@ -50,5 +50,5 @@ def test_two_torchrun_agents_on_two_hosts_share_the_rallypoint_file_rendezvous(
     assert [p.returncode for p in procs] == [0, 0], "\n---\n".join(outputs)
     assert_same_weights(json.loads((out / "final.json").read_text()), ddp_reference)
     starts = [json.loads(line) for line in (out / "starts.jsonl").read_text().splitlines()]
-    assert sorted(s["rank"] for s in starts) == [0, 1, 2, 3]
+    assert sorted(s["rank"] for s in starts) == [0, 1]
     assert {s["host"] for s in starts} == {"nodea", "nodeb"}
