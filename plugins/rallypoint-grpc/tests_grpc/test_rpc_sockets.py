@@ -200,3 +200,19 @@ def test_threads_that_mix_blocking_and_asynchronous_calls_and_timeouts_all_get_t
             thread.join(120)
         assert not any(t.is_alive() for t in threads), "a caller is stuck"
         assert errors == []
+
+
+def test_a_peer_whose_sockets_cannot_be_reached_is_called_over_grpc(monkeypatch: pytest.MonkeyPatch) -> None:
+    from rallypoint_grpc import rpc_transport
+
+    def unreachable(kind: str, where: Any, timeout: float) -> socket.socket:
+        raise ConnectionRefusedError(f"{kind} {where}: refused (a firewall, in this test)")
+
+    monkeypatch.setattr(rpc_transport, "connect", unreachable)
+    with g.rpc_group(2) as agents, use_agent(agents[0]):
+        big = torch.rand(1 << 18)
+        assert torch.equal(rpc.rpc_sync("w1", g.identity, args=(big,)), big)
+        assert rpc.rpc_async("w1", g.add, args=(1, 2)).wait() == 3
+        address = agents[1].info.address
+        assert address in agents[0].transport._connections  # type: ignore[attr-defined]
+        assert agents[0].transport._connections[address] is None  # type: ignore[attr-defined]
