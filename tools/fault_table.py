@@ -37,11 +37,11 @@ COLUMNS = (
 )
 
 
-def _cell(value: object) -> str:
+def _cell(value: object, key: str = "") -> str:
     if value is None:
         return "-"
     if isinstance(value, float):
-        return f"{value:.2f} s"
+        return f"{value:.2f} s" if key.endswith("_s") else f"{value:.2g}"
     return str(value)
 
 
@@ -52,8 +52,8 @@ def table(results: dict[str, dict[str, object]]) -> str:
     for scenario in sorted(results):
         row = results[scenario]
         known = {key for key, _ in COLUMNS} | {"measured_at"}
-        others = ", ".join(f"{k} {_cell(v)}" for k, v in sorted(row.items()) if k not in known)
-        cells = [_cell(row.get(key)) for key, _ in COLUMNS]
+        others = ", ".join(f"{k} {_cell(v, k)}" for k, v in sorted(row.items()) if k not in known)
+        cells = [_cell(row.get(key), key) for key, _ in COLUMNS]
         lines.append(f"| {scenario} | " + " | ".join(cells) + f" | {others} |")
     return "\n".join(lines)
 
