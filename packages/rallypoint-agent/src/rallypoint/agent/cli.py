@@ -24,9 +24,9 @@ from rallypoint.agent.torchrun_flags import torchrun_options
 from rallypoint.core.errors import ConfigError, ConfigIssue
 
 if TYPE_CHECKING:
-    from rallypoint.agent.agent import AgentSettings
     from rallypoint.agent.config import AgentSection
     from rallypoint.agent.plan import JobPlan
+    from rallypoint.agent.settings import AgentSettings
     from rallypoint.core.config import ResolvedConfig
     from rallypoint.core.plugins import RallypointPluginManager
 

@@ -25,12 +25,12 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel
 
-from rallypoint.agent.agent import AgentSettings
 from rallypoint.agent.config import MAX_NPROC_PER_NODE, AgentSection, JobSection, NodesSection
 from rallypoint.agent.logs import parse_tee
 from rallypoint.agent.netif import interface_for_address, socket_ifname_env
 from rallypoint.agent.node import node_record
 from rallypoint.agent.records import RankStrategyRecord
+from rallypoint.agent.settings import AgentSettings
 from rallypoint.agent.warm import preload_problem, warm_environment
 from rallypoint.core.config import ResolvedConfig, Selection
 from rallypoint.core.errors import ConfigError, ConfigIssue

@@ -369,7 +369,7 @@ class WorkerGroup:
         Args:
             specs: the workers, started in this order.
             head_start: seconds between starting the first worker and the others (see
-                :attr:`rallypoint.agent.agent.AgentSettings.store_head_start`).
+                :attr:`rallypoint.agent.settings.AgentSettings.store_head_start`).
 
         Raises:
             WorkerStartError: a worker could not be started; those already started are killed.

@@ -1,0 +1,105 @@
+"""The agent's settings and results: what :class:`~rallypoint.agent.agent.ElasticAgent` takes and returns."""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+
+from pydantic import BaseModel
+
+from rallypoint.agent.logs import Tee
+from rallypoint.agent.ranks import RankStrategy
+from rallypoint.agent.records import RankStrategyRecord
+from rallypoint.agent.report import FailureReport
+from rallypoint.core.records import BackendRecord
+
+__all__ = ["AgentResult", "AgentSettings", "AgentSignal", "Outcome"]
+
+
+class Outcome(Enum):
+    """How one attempt of the local workers ended."""
+
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    MEMBERSHIP = "membership"
+    CLOSED = "closed"  # another node closed the job as failed
+
+
+class AgentSignal(BaseException):
+    """Raised in the agent's main thread when it receives a termination signal.
+
+    A ``BaseException``, like ``KeyboardInterrupt``: code that catches ``Exception`` (a rank
+    strategy, a backend) must not turn a signal into an error of its own.
+    """
+
+    def __init__(self, signum: int) -> None:
+        self.signum = signum
+        super().__init__(signal.Signals(signum).name)
+
+
+@dataclass(frozen=True)
+class AgentSettings:
+    """What the agent needs besides the rendezvous handler.
+
+    Attributes:
+        argv: the worker command line (the same for every local worker).
+        run_id: the job's run id.
+        host: this node's host name in messages, logs and reports (the system's by default).
+        max_restarts: the job-wide restart budget.
+        monitor_interval: how often the rendezvous is checked while workers run, in seconds.
+        exit_barrier_timeout: how long a finished node waits for the others, in seconds.
+        log_dir: where per-attempt logs, error files and ``failure.json`` go.
+        tee: which ranks reach the console.
+        worker_env: extra variables for every worker (collectives backend, ``[job] env``...).
+        strategy: the rank strategy's record (or a strategy object); ``None`` for the default.
+        strategy_options: the validated ``[ranks.options]`` (the record's options model).
+        stop_grace: seconds between SIGTERM and SIGKILL when stopping workers; ``signals``: those it handles.
+        cwd: the workers' working directory.
+        watchdog: the watchdog timer backend's record (``[timer] watchdog``), or ``None`` for off.
+        watchdog_options: its validated ``[timer.options]`` (the record's options model).
+        timeline: give each worker ``RALLYPOINT_TIMELINE_FILE`` (``[timer] timeline``).
+        store_head_start: seconds worker rank 0 starts before this node's other workers. It
+            serves torch's ``env://`` store, and a client that finds no server yet backs off for
+            about half a second; the head start makes the first connection succeed.
+    """
+
+    argv: Sequence[str]
+    run_id: str
+    host: str | None = None
+    max_restarts: int = 3
+    monitor_interval: float = 0.1
+    exit_barrier_timeout: float = 300.0
+    log_dir: Path = Path("runs")
+    tee: Tee = "all"
+    worker_env: Mapping[str, str] = field(default_factory=dict)
+    strategy: RankStrategyRecord | RankStrategy | None = None
+    strategy_options: BaseModel | None = None
+    stop_grace: float = 30.0
+    signals: tuple[int, ...] = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+    cwd: str | None = None
+    watchdog: BackendRecord | None = None
+    watchdog_options: BaseModel | None = None
+    timeline: bool = False
+    store_head_start: float = 0.05
+    preload: tuple[str, ...] = ()  # [agent] preload: workers forked from a warm process (rallypoint.agent.warm)
+    preload_env: Mapping[str, str] | None = None  # the warm process's environment (the agent's when None)
+
+
+@dataclass
+class AgentResult:
+    """How the agent's run ended.
+
+    Attributes:
+        exit_code: 0 on success, 1 on job failure, ``128 + N`` after signal N.
+        report: the failure report when the job failed.
+        rounds: rendezvous rounds this agent took part in.
+        restarts: restarts the job used.
+    """
+
+    exit_code: int
+    report: FailureReport | None = None
+    rounds: int = 0
+    restarts: int = 0
