@@ -170,7 +170,9 @@ def test_a_killed_host_agent_fails_the_others_with_one_clear_error(tmp_path: Pat
             a.kill()
     for agent, (_, err) in zip(others, results, strict=True):
         assert agent.returncode not in (0, None), err
-        errors = [line for line in err.splitlines() if line.startswith("error:")]
+        # One line says why the node ends (its heartbeat failed for heartbeat_timeout: the agent
+        # rides out a server that answers again in time, so the end comes from the heartbeat).
+        errors = [line for line in err.splitlines() if "this node fails" in line]
         assert len(errors) == 1, err
         assert f"rendezvous server 127.0.0.1:{port}" in errors[0], err
         assert "unreachable" in errors[0], err
