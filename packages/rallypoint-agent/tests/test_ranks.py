@@ -380,8 +380,21 @@ def role_rank_is_rank(workers: list[WorkerRanks]) -> RankAssignment:
         pytest.param(
             edit(b0={"group_rank": 0}),
             two_nodes(),
-            "node 'b' local rank 0: group_rank is 0, expected 1",
+            "node 'b' local rank 1: group_rank is 1, expected 0 (as local rank 0: a node's workers share one"
+            " group rank)",
             id="wrong-group-rank",
+        ),
+        pytest.param(
+            edit(a0={"group_rank": 1}, a1={"group_rank": 1}),
+            two_nodes(),
+            "group rank 1 is given to both node 'a' and node 'b'",
+            id="group-rank-twice",
+        ),
+        pytest.param(
+            edit(b0={"group_rank": 2}, b1={"group_rank": 2}),
+            two_nodes(),
+            "node 'b' local rank 0: group rank 2 is outside 0..1",
+            id="group-rank-outside",
         ),
         pytest.param(
             edit(a0={"group_world_size": 1}),

@@ -36,6 +36,17 @@ def test_slurm_node_level() -> None:
     assert first_ranks(run(nodes)) == {"n1": 0, "n2": 2, "n0": 4}
 
 
+def test_node_level_group_rank_is_the_schedulers_node_rank() -> None:
+    """One task per node: GROUP_RANK is the node's task rank (torchrun's static rendezvous: --node-rank)."""
+    nodes = make(slurm(2, 3), slurm(0, 3), slurm(1, 3))  # rendezvous group ranks 0, 1, 2
+    group = {node_id: {w.group_rank for w in workers} for node_id, workers in run(nodes).by_node.items()}
+    assert group == {"n1": {0}, "n2": {1}, "n0": {2}}
+    # At worker level the scheduler numbers workers, not nodes: GROUP_RANK stays the rendezvous's.
+    workers = make(slurm(6, 8), slurm(0, 8), slurm(4, 8), lws=[2, 4, 2])
+    group = {node_id: {w.group_rank for w in ws} for node_id, ws in run(workers, level="worker").by_node.items()}
+    assert group == {"n0": {0}, "n1": {1}, "n2": {2}}
+
+
 def test_torch_and_ompi_families() -> None:
     torch = make({"RANK": "1", "WORLD_SIZE": "2"}, {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0"})
     assert first_ranks(run(torch)) == {"n1": 0, "n0": 2}

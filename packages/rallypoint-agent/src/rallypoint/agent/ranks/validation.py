@@ -100,7 +100,6 @@ def _check_node_workers(assignment: RankAssignment, nodes: Sequence[RankNode]) -
             )
         expected: dict[str, object] = {
             "local_world_size": node.local_world_size,
-            "group_rank": node.group_rank,
             "group_world_size": len(nodes),
             "role": node.role,
         }
@@ -109,6 +108,27 @@ def _check_node_workers(assignment: RankAssignment, nodes: Sequence[RankNode]) -
                 got = getattr(worker, name)
                 if got != want:
                     return f"{_describe(worker)}: {name} is {got!r}, expected {want!r}"
+            if worker.group_rank != workers[0].group_rank:
+                return (
+                    f"{_describe(worker)}: group_rank is {worker.group_rank!r}, expected {workers[0].group_rank!r} "
+                    "(as local rank 0: a node's workers share one group rank)"
+                )
+    return None
+
+
+def _check_group_ranks(assignment: RankAssignment, nodes: Sequence[RankNode]) -> str | None:
+    """The nodes' group ranks (``GROUP_RANK``) are ``0..G-1``, each given to one node."""
+    owner: dict[int, str] = {}
+    for node in nodes:
+        workers = assignment.by_node.get(node.node_id, ())
+        if not workers:
+            continue  # a node without workers has local_world_size 0, refused by check_nodes
+        group_rank = workers[0].group_rank
+        if not 0 <= group_rank < len(nodes):
+            return f"{_describe(workers[0])}: group rank {group_rank} is outside {_range_text(len(nodes))}"
+        if group_rank in owner:
+            return f"group rank {group_rank} is given to both node {owner[group_rank]!r} and node {node.node_id!r}"
+        owner[group_rank] = node.node_id
     return None
 
 
@@ -160,6 +180,7 @@ def _check_role_ranks(assignment: RankAssignment, nodes: Sequence[RankNode]) -> 
 _CHECKS: tuple[Callable[[RankAssignment, Sequence[RankNode]], str | None], ...] = (
     _check_workers,
     _check_node_workers,
+    _check_group_ranks,
     _check_global_ranks,
     _check_role_ranks,
 )
@@ -172,8 +193,12 @@ def validate_assignment(assignment: RankAssignment, nodes: Sequence[RankNode], s
 
     * every worker is on a known node and its integer fields are ints;
     * each node has exactly the local ranks ``0..L-1``, ``L`` its ``local_world_size``, and
-      its workers carry the node's ``local_world_size``, ``group_rank``, ``role`` and the
-      number of nodes as ``group_world_size``;
+      its workers carry the node's ``local_world_size``, ``role``, the number of nodes as
+      ``group_world_size`` and one ``group_rank``;
+    * the nodes' group ranks are ``0..G-1``, each given to one node (strategies keep the
+      rendezvous's group rank, except where a scheduler numbers the nodes: the ``env`` strategy
+      at node level gives each node the scheduler's node rank, as torchrun's static rendezvous
+      does with ``--node-rank``);
     * every worker's ``world_size`` is the total ``N`` and the global ranks are ``0..N-1``,
       each used once;
     * per role, ``role_world_size`` is the role's worker count ``R`` and the role ranks are
