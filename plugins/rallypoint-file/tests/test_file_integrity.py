@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from rallypoint.rendezvous.errors import RendezvousBackendError, RendezvousError, RendezvousStateError
+from rallypoint.rendezvous.errors import RendezvousError, RendezvousStateError
 from rallypoint.rendezvous.handler import RendezvousHandler
 from rallypoint.rendezvous.testing import make_node
 from rallypoint.rendezvous.timeouts import RendezvousTimeouts
@@ -156,7 +156,8 @@ def test_an_immutable_run_directory_is_noticed(tmp_path: Path, immutable: Callab
     backend.set("k", 1)
     immutable(tmp_path / "job" / "kv")
     kv = tmp_path / "job" / "kv"
-    with pytest.raises(RendezvousBackendError, match=f"{kv} of run 'job' can no longer be written"):
+    # a state error, not a backend outage: the agent rides out outages while workers run
+    with pytest.raises(RendezvousStateError, match=f"{kv} of run 'job' can no longer be written"):
         backend.check_intact()
     error = raises_soon(lambda: backend.get("k"), within=CHECK_INTERVAL + 2)
     assert "can no longer be written" in str(error)

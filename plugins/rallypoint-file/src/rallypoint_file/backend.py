@@ -230,9 +230,9 @@ class FileBackend:
         """Check that the run directory is the one this backend opened, writable and uncorrupted.
 
         Raises:
-            RendezvousStateError: it was deleted or replaced, or the revision counter is corrupt
-                or went back.
-            RendezvousBackendError: it can no longer be written (made read-only or immutable).
+            RendezvousStateError: it was deleted or replaced, the revision counter is corrupt or
+                went back, or it can no longer be written (made read-only or immutable). Each is
+                for good, not an outage to ride out: the node stops at once.
         """
         try:
             fd = os.open(self._lock_file, os.O_RDONLY | os.O_NOFOLLOW)
@@ -253,7 +253,7 @@ class FileBackend:
             return
         for path in (self.root, self.kv, self._lock_path):
             if not os.access(path, os.W_OK):
-                raise RendezvousBackendError(
+                raise RendezvousStateError(
                     f"rendezvous {'file' if path == self._lock_path else 'directory'} {path} of run "
                     f"{self.run_id!r} can no longer be written (made read-only or immutable while the job ran); "
                     "this node stops"
