@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import socket
 import subprocess
 import sys
@@ -48,9 +49,23 @@ FAST = [
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A free port below the kernel's ephemeral range.
+
+    The agents bind it only seconds later. A port from the ephemeral range (what binding port 0
+    gives) can meanwhile become the local end of any outgoing connection on the machine (other
+    tests run in parallel); then no agent can serve and the job never starts. Users pick a fixed
+    port (torchrun's 29400) for the same reason.
+    """
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    for _ in range(200):
+        port = random.randrange(20000, min(low, 32768))
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise AssertionError("no free port below the ephemeral range")
 
 
 def listener_inode(port: int) -> str | None:
@@ -113,10 +128,17 @@ def start_agents(tmp_path: Path, run_id: str, nnodes: str, port: int, *args: str
     ]
 
 
-def wait_for_files(tmp_path: Path, pattern: str, n: int) -> None:
+def wait_for_files(tmp_path: Path, pattern: str, n: int, agents: list[subprocess.Popen[str]]) -> None:
+    """Wait for ``n`` workers' files; on a timeout, fail with what every agent printed."""
     deadline = time.monotonic() + 90
     while len(list(tmp_path.glob(pattern))) < n:
-        assert time.monotonic() < deadline, f"fewer than {n} files {pattern}"
+        if time.monotonic() > deadline:
+            for agent in agents:
+                agent.kill()
+            said = "\n".join(
+                f"--- agent {i} (exit {a.wait()}):\n{a.communicate()[1][-3000:]}" for i, a in enumerate(agents)
+            )
+            raise AssertionError(f"fewer than {n} files {pattern} within 90 s\n{said}")
         time.sleep(0.05)
 
 
@@ -139,7 +161,7 @@ def test_a_killed_non_host_agent_leaves_the_others_to_finish(tmp_path: Path) -> 
     port = free_port()
     agents = start_agents(tmp_path, "nonhost", "2:3", port, "hold")
     try:
-        wait_for_files(tmp_path, "r0.rank*", 3)
+        wait_for_files(tmp_path, "r0.rank*", 3, agents)
         host = host_of(agents, port)
         victim = next(a for a in agents if a is not host)
         victim.kill()
@@ -158,7 +180,7 @@ def test_a_killed_host_agent_fails_the_others_with_one_clear_error(tmp_path: Pat
     port = free_port()
     agents = start_agents(tmp_path, "host", "2:3", port, "hold")
     try:
-        wait_for_files(tmp_path, "r0.rank*", 3)
+        wait_for_files(tmp_path, "r0.rank*", 3, agents)
         host = host_of(agents, port)
         host.kill()
         killed_at = time.monotonic()
