@@ -41,10 +41,11 @@ def test_node_level_group_rank_is_the_schedulers_node_rank() -> None:
     nodes = make(slurm(2, 3), slurm(0, 3), slurm(1, 3))  # rendezvous group ranks 0, 1, 2
     group = {node_id: {w.group_rank for w in workers} for node_id, workers in run(nodes).by_node.items()}
     assert group == {"n1": {0}, "n2": {1}, "n0": {2}}
-    # At worker level the scheduler numbers workers, not nodes: GROUP_RANK stays the rendezvous's.
+    # At worker level too: the nodes' order in the scheduler's ranks (so the two levels agree
+    # where they coincide, one worker per node).
     workers = make(slurm(6, 8), slurm(0, 8), slurm(4, 8), lws=[2, 4, 2])
     group = {node_id: {w.group_rank for w in ws} for node_id, ws in run(workers, level="worker").by_node.items()}
-    assert group == {"n0": {0}, "n1": {1}, "n2": {2}}
+    assert group == {"n1": {0}, "n2": {1}, "n0": {2}}
 
 
 def test_torch_and_ompi_families() -> None:

@@ -264,9 +264,9 @@ class EnvStrategy:
     host; then, at node level, node ranks exactly ``0..G-1``, or at worker level, each node's
     block ``rank..rank+L-1`` tiling ``0..N-1`` without gap or overlap. Nodes then get
     consecutive blocks of global ranks in scheduler-rank order (at worker level, exactly the
-    scheduler's ranks). At node level ``GROUP_RANK`` is the scheduler's node rank (as torchrun's
-    static rendezvous makes it ``--node-rank``); at worker level it stays the rendezvous's. Role
-    ranks follow global-rank order within each role.
+    scheduler's ranks). ``GROUP_RANK`` is the node's position in the scheduler's order (at node
+    level its node rank, as torchrun's static rendezvous makes it ``--node-rank``). Role ranks
+    follow global-rank order within each role.
     """
 
     name = NAME
@@ -299,11 +299,10 @@ class EnvStrategy:
                 f"{tasks[0].size_var}={size} on every node, but {what} (level = {level!r})",
                 entry=tasks[0].size_var,
             )
-        if level == "worker":
-            return assign_blocks(_worker_level(tasks, world_size))
-        # One task per node: the scheduler's task rank is the node's rank, so it is GROUP_RANK too
+        # The scheduler orders the nodes, so their position in its order is GROUP_RANK too
         # (torchrun's static rendezvous: GROUP_RANK is --node-rank, whatever the arrival order).
-        order = _node_level(tasks)
+        # Both levels do it, so that with one worker per node (where they coincide) they agree.
+        order = _node_level(tasks) if level == "node" else _worker_level(tasks, world_size)
         node_rank = {node.node_id: i for i, node in enumerate(order)}
         blocks = assign_blocks(order)
         return RankAssignment(tuple(dataclasses.replace(w, group_rank=node_rank[w.node_id]) for w in blocks.workers))

@@ -197,7 +197,7 @@ def validate_assignment(assignment: RankAssignment, nodes: Sequence[RankNode], s
       ``group_world_size`` and one ``group_rank``;
     * the nodes' group ranks are ``0..G-1``, each given to one node (strategies keep the
       rendezvous's group rank, except where a scheduler numbers the nodes: the ``env`` strategy
-      at node level gives each node the scheduler's node rank, as torchrun's static rendezvous
+      gives each node its position in the scheduler's order, as torchrun's static rendezvous
       does with ``--node-rank``);
     * every worker's ``world_size`` is the total ``N`` and the global ranks are ``0..N-1``,
       each used once;
