@@ -2,31 +2,18 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
+from rallypoint.rendezvous.testing import assert_torch_registry_has, run_torchrun_agents
 from rallypoint_etcd.client import EtcdClient
 from rallypoint_etcd.options import EtcdOptions
 from rallypoint_etcd.testing import EtcdServer
 from rallypoint_etcd.torch_handler import options_from_params
-
-SCRIPT = textwrap.dedent(
-    """
-    import os, torch, torch.distributed as dist
-    dist.init_process_group("gloo")
-    t = torch.tensor([dist.get_rank() + 1.0])
-    dist.all_reduce(t)
-    print(f"RESULT rank={dist.get_rank()} world={dist.get_world_size()} sum={t.item():g} "
-          f"group={os.environ['GROUP_RANK']}", flush=True)
-    dist.destroy_process_group()
-    """
-)
 
 
 def test_importing_the_plugin_loads_neither_etcd_nor_grpc_nor_torch() -> None:
@@ -44,11 +31,7 @@ def test_importing_the_plugin_loads_neither_etcd_nor_grpc_nor_torch() -> None:
 
 
 def test_torch_registry_has_the_handler() -> None:
-    code = (
-        "from torch.distributed.elastic.rendezvous.registry import handler_registry as r\n"
-        "assert 'rallypoint-etcd' in r._registry, sorted(r._registry)\n"
-    )
-    subprocess.run([sys.executable, "-c", code], check=True, timeout=180)
+    assert_torch_registry_has("rallypoint-etcd")
 
 
 class Params(SimpleNamespace):
@@ -70,44 +53,9 @@ def test_rdzv_endpoint_and_conf_become_options() -> None:
 
 @pytest.mark.slow
 def test_two_torchrun_agents_run_a_job(etcd_server: EtcdServer, tmp_path: Path) -> None:
-    script = tmp_path / "job.py"
-    script.write_text(SCRIPT)
-    torchrun = Path(sys.executable).with_name("torchrun")
-    cmd = [
-        str(torchrun),
-        "--nnodes",
-        "2",
-        "--nproc-per-node",
-        "1",
-        "--rdzv-backend",
-        "rallypoint-etcd",
-        "--rdzv-endpoint",
-        etcd_server.endpoint,
-        "--rdzv-id",
-        "torchjob",
-        "--rdzv-conf",
-        "namespace=torchrun",
-        "--monitor-interval",
-        "0.1",
-        str(script),
-    ]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    agents = [
-        subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=tmp_path)
-        for _ in range(2)
-    ]
-    outputs = []
-    try:
-        for agent in agents:
-            out, _ = agent.communicate(timeout=240)
-            outputs.append(out)
-            assert agent.returncode == 0, out
-    finally:
-        for agent in agents:
-            if agent.poll() is None:
-                agent.kill()
-    lines = sorted(line for out in outputs for line in out.splitlines() if line.startswith("RESULT"))
-    assert lines == ["RESULT rank=0 world=2 sum=3 group=0", "RESULT rank=1 world=2 sum=3 group=1"], outputs
+    conf = ("--rdzv-conf", "namespace=torchrun")
+    lines = run_torchrun_agents("rallypoint-etcd", etcd_server.endpoint, tmp_path, *conf, rdzv_id="torchjob")
+    assert lines == ["RESULT rank=0 world=2 sum=3 group=0", "RESULT rank=1 world=2 sum=3 group=1"]
     # torch's shutdown closes the rendezvous; the last agent out removed the run's keys
     opts = EtcdOptions(endpoints=[etcd_server.endpoint], namespace="torchrun")
     client = EtcdClient(opts)
