@@ -98,7 +98,9 @@ class ElasticAgent:
         self.console = console
         self.host = settings.host or socket.gethostname()
         self._group: WorkerGroup | None = None
-        self._warm = WarmLauncher(settings.preload, env=settings.preload_env, console=console)  # inert if empty
+        self._warm = WarmLauncher(  # inert if empty
+            settings.preload, env=settings.preload_env, console=console, keep=settings.preload_keep
+        )
         self._signal: int | None = None
         self._watchdog: WatchdogServer | None = None
         self._expired: dict[int, WatchdogExpiry] = {}

@@ -86,6 +86,7 @@ class AgentSettings:
     store_head_start: float = 0.05
     preload: tuple[str, ...] = ()  # [agent] preload: workers forked from a warm process (rallypoint.agent.warm)
     preload_env: Mapping[str, str] | None = None  # the warm process's environment (the agent's when None)
+    preload_keep: float = 0.0  # [agent] preload_keep: seconds the warm process outlives the agent
 
 
 @dataclass

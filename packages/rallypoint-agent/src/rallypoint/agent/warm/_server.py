@@ -18,10 +18,21 @@ travel with a frame's header as ``SCM_RIGHTS``):
   (``R < 0``: killed by signal ``-R``); the worker stays a zombie, keeping its pid and process
   group, until the agent sends ``{"op": "reap", "pid": P}``.
 
-The server is single-threaded (one ``selectors`` loop over the socket and one pidfd per
-worker), so forking from it never copies a lock held by another thread. End of file on the
-socket (the agent closed it, or died) ends the server; its workers then get their parent-death
-signal.
+The server is single-threaded (one ``selectors`` loop over its sockets and one pidfd per
+worker), so forking from it never copies a lock held by another thread. When an agent's
+connection ends (it closed it, or died), the workers it left are killed; a server without
+``--keep`` then exits.
+
+**Kept** (``--keep SECONDS --listen PATH``, ``[agent] preload_keep``): after the imports the
+server also listens at ``PATH`` (a Unix socket in a directory only its user can enter) and
+accepts any number of agents of its own user (``SO_PEERCRED``), each on its own connection with
+its own workers. A connected agent first sends ``{"op": "hello"}`` and gets ``ready`` (with the
+server's ``pid``, ``modules``...) or ``{"op": "stale", "message": M}``. Before answering
+``hello`` and before each fork, the server checks the file of every module it has loaded; if one
+changed, it answers ``stale`` (or ``failed`` with ``"stale": true``), stops listening, and exits
+once its connected agents are gone, so code that changed on disk never runs in a new worker.
+``{"op": "info"}`` is answered with ``info``; ``{"op": "stop"}`` makes it stop listening and exit
+once its agents are gone. Without any agent for ``SECONDS`` it exits.
 """
 
 from __future__ import annotations
@@ -84,7 +95,7 @@ def recv(sock: socket.socket) -> tuple[dict[str, Any], list[int]] | None:
             head += _recv_exact(sock, _HEADER.size - len(head))
         (size,) = _HEADER.unpack(head)
         message: dict[str, Any] = json.loads(_recv_exact(sock, size))
-    except (EOFError, ConnectionResetError):
+    except (EOFError, OSError, ValueError):  # reset, timed out, or not a frame: the agent is gone
         return None
     return message, list(fds)
 
@@ -277,48 +288,211 @@ def _finish(status: int, interrupted: bool, atexit: Any) -> NoReturn:
 # -- the server loop -------------------------------------------------------------------------------
 
 
-class Server:
-    """Forks workers and reports their exits; single-threaded."""
+def module_files() -> dict[str, tuple[int, int]]:
+    """The file of every module loaded now, with its modification time and size."""
+    files: dict[str, tuple[int, int]] = {}
+    for module in list(sys.modules.values()):
+        path = getattr(module, "__file__", None)
+        if isinstance(path, str) and path not in files:
+            with contextlib.suppress(OSError):
+                st = os.stat(path)
+                files[path] = (st.st_mtime_ns, st.st_size)
+    return files
+
+
+def changed_file(files: dict[str, tuple[int, int]]) -> str | None:
+    """The first of ``files`` that changed or disappeared since it was loaded, or ``None``."""
+    for path, seen in files.items():
+        try:
+            st = os.stat(path)
+        except OSError:
+            return path
+        if (st.st_mtime_ns, st.st_size) != seen:
+            return path
+    return None
+
+
+def peer_uid(sock: socket.socket) -> int:
+    """The user id of the process at the other end of a Unix socket (``SO_PEERCRED``)."""
+    creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    return int(struct.unpack("3i", creds)[1])
+
+
+class _Conn:
+    """One agent's connection and the workers forked for it."""
 
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
+        self.live: set[int] = set()  # forked, exit not reported yet
+        self.zombies: set[int] = set()  # exit reported, not reaped yet
+
+
+class Server:
+    """Forks workers and reports their exits; single-threaded, one or more agents at a time.
+
+    With ``keep`` seconds and a ``listen`` path (:meth:`listen`), the server outlives its first
+    agent: it accepts agents of the same user on that socket, and exits after ``keep`` seconds
+    without any, when told to stop, or (as soon as no agent is left) when a loaded module's file
+    changed. Without, it ends with its only agent.
+    """
+
+    def __init__(self, sock: socket.socket, keep: float = 0.0, modules: list[str] | None = None) -> None:
         self.selector = selectors.DefaultSelector()
-        self.selector.register(sock, selectors.EVENT_READ, None)
-        self.pidfds: dict[int, int] = {}  # pid -> pidfd, until the exit is reported
-        self.zombies: set[int] = set()
+        self.conns: dict[socket.socket, _Conn] = {}
+        self.pidfds: dict[int, tuple[int, _Conn]] = {}  # pid -> (pidfd, its agent), until the exit is reported
+        self.keep = keep
+        self.modules = list(modules or ())
+        self.listener: socket.socket | None = None
+        self.path: str | None = None
+        self.path_ino = 0
+        self.files = module_files() if keep > 0 else {}
+        self.started = time.time()
+        self.idle_since = time.monotonic()
+        self._add(sock)
+
+    def _add(self, sock: socket.socket) -> None:
+        conn = _Conn(sock)
+        self.conns[sock] = conn
+        self.selector.register(sock, selectors.EVENT_READ, conn)
+
+    def listen(self, path: str) -> None:
+        """Accept agents at ``path`` (bound under a temporary name, then renamed over ``path``)."""
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        temporary = f"{path}.{os.getpid()}"
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temporary)
+        listener.bind(temporary)
+        os.chmod(temporary, 0o600)
+        listener.listen(64)
+        os.rename(temporary, path)
+        listener.setblocking(False)
+        self.listener, self.path, self.path_ino = listener, path, os.stat(path).st_ino
+        self.selector.register(listener, selectors.EVENT_READ, "listen")
+
+    def retire(self) -> None:
+        """Accept no more agents (the ones connected keep their workers); exit once they are gone."""
+        if self.listener is None:
+            return
+        self.selector.unregister(self.listener)
+        self.listener.close()
+        self.listener = None
+        with contextlib.suppress(OSError):
+            if self.path is not None and os.stat(self.path).st_ino == self.path_ino:
+                os.unlink(self.path)
 
     def serve(self) -> None:
-        """Run until the agent closes the socket."""
-        while True:
-            for key, _events in self.selector.select():
-                if key.data is None:
-                    received = recv(self.sock)
-                    if received is None:
-                        return
-                    self.handle(*received)
+        """Run until no agent is connected and none may come (see the class)."""
+        while self.conns or self.listener is not None:
+            timeout = None
+            if not self.conns:
+                timeout = self.idle_since + self.keep - time.monotonic()
+                if timeout <= 0:
+                    break
+            for key, _events in self.selector.select(timeout):
+                if key.data == "listen":
+                    self.accept()
+                elif isinstance(key.data, _Conn):
+                    if key.data.sock in self.conns:
+                        received = recv(key.data.sock)
+                        self.drop(key.data) if received is None else self.handle(key.data, *received)
                 else:
                     self.reap_exit(key.data)
+        self.retire()
 
-    def handle(self, message: dict[str, Any], fds: list[int]) -> None:
-        """Act on one request from the agent."""
+    def accept(self) -> None:
+        """A new agent: only one of this server's own user is let in."""
+        assert self.listener is not None
+        try:
+            sock, _addr = self.listener.accept()
+        except (BlockingIOError, InterruptedError):
+            return
+        if peer_uid(sock) != os.getuid():
+            sock.close()
+            return
+        sock.setblocking(True)
+        sock.settimeout(30.0)  # an agent that stops reading mid-frame is dropped, not waited for
+        self._add(sock)
+
+    def drop(self, conn: _Conn) -> None:
+        """The agent closed its connection (or died): kill the workers it left, reap what can be."""
+        self.selector.unregister(conn.sock)
+        del self.conns[conn.sock]
+        conn.sock.close()
+        for pid in conn.live:
+            with contextlib.suppress(OSError):
+                os.killpg(pid, signal.SIGKILL)
+        for pid in conn.zombies:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, 0)
+        conn.live.clear()
+        conn.zombies.clear()
+        if not self.conns:
+            self.idle_since = time.monotonic()
+
+    def tell(self, conn: _Conn, message: dict[str, Any]) -> None:
+        """Send to one agent; one that cannot be written to any more is dropped."""
+        if conn.sock not in self.conns:
+            return
+        try:
+            send(conn.sock, message)
+        except OSError:
+            self.drop(conn)
+
+    def stale(self) -> str | None:
+        """Why this kept server may not fork any more (a loaded module's file changed), or ``None``."""
+        path = changed_file(self.files) if self.keep > 0 else None
+        if path is None:
+            return None
+        self.retire()
+        return f"{path} changed since the warm process (pid {os.getpid()}) loaded it"
+
+    def handle(self, conn: _Conn, message: dict[str, Any], fds: list[int]) -> None:
+        """Act on one request from an agent."""
         op = message.get("op")
         if op == "spawn" and len(fds) == 2:
-            self.spawn(message, fds[0], fds[1])
-            return
+            why = self.stale()
+            if why is None:
+                self.spawn(conn, message, fds[0], fds[1])
+                return
+            self.tell(conn, {"op": "failed", "id": message.get("id"), "errno": 0, "message": why, "stale": True})
         for fd in fds:
             os.close(fd)
         if op == "reap":
             pid = int(message["pid"])
-            if pid in self.zombies:
-                self.zombies.discard(pid)
+            if pid in conn.zombies:
+                conn.zombies.discard(pid)
                 with contextlib.suppress(ChildProcessError):
                     os.waitpid(pid, 0)
+        elif op == "hello":
+            why = self.stale()
+            self.tell(conn, {"op": "stale", "message": why} if why else {"op": "ready", "seconds": 0.0, **self.info()})
+        elif op == "info":
+            self.tell(conn, {"op": "info", **self.info()})
+        elif op == "stop":
+            self.retire()
+            self.tell(conn, {"op": "stopping", **self.info()})
 
-    def spawn(self, request: dict[str, Any], out_fd: int, err_fd: int) -> None:
+    def info(self) -> dict[str, Any]:
+        """What ``rallypoint warm list`` shows of this server."""
+        return {
+            "pid": os.getpid(),
+            "python": sys.executable,
+            "modules": self.modules,
+            "keep": self.keep,
+            "started": self.started,
+            "agents": len(self.conns),
+            "workers": len(self.pidfds),
+            "accepting": self.listener is not None,
+        }
+
+    def spawn(self, conn: _Conn, request: dict[str, Any], out_fd: int, err_fd: int) -> None:
         """Fork one worker; answer ``spawned`` or ``failed``."""
         read_end, write_end = os.pipe()
-        closing = [self.sock.fileno(), self.selector.fileno() if hasattr(self.selector, "fileno") else -1]
-        closing += [*self.pidfds.values(), read_end]
+        closing = [s.fileno() for s in self.conns] + [
+            self.selector.fileno() if hasattr(self.selector, "fileno") else -1
+        ]
+        closing += [fd for fd, _conn in self.pidfds.values()] + [read_end]
+        closing += [self.listener.fileno()] if self.listener is not None else []
         for stream in (sys.stdout, sys.stderr):
             stream.flush()
         parent = os.getpid()
@@ -345,41 +519,62 @@ class Server:
         if failure:
             os.waitpid(pid, 0)
             errno, text = json.loads(failure)
-            send(self.sock, {"op": "failed", "id": request["id"], "errno": errno, "message": text})
+            self.tell(conn, {"op": "failed", "id": request["id"], "errno": errno, "message": text})
             return
         pidfd = os.pidfd_open(pid)
-        self.pidfds[pid] = pidfd
+        self.pidfds[pid] = (pidfd, conn)
+        conn.live.add(pid)
         self.selector.register(pidfd, selectors.EVENT_READ, pid)
-        send(self.sock, {"op": "spawned", "id": request["id"], "pid": pid})
+        self.tell(conn, {"op": "spawned", "id": request["id"], "pid": pid})
 
     def reap_exit(self, pid: int) -> None:
-        """A worker's pidfd became readable: report its exit, keep it a zombie."""
-        pidfd = self.pidfds.pop(pid)
+        """A worker's pidfd became readable: report its exit, keep it a zombie for its agent to reap."""
+        pidfd, conn = self.pidfds.pop(pid)
         self.selector.unregister(pidfd)
         os.close(pidfd)
+        conn.live.discard(pid)
+        if conn.sock not in self.conns:  # its agent is gone: nobody will reap it
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, 0)
+            return
         info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
         if info is None:  # pragma: no cover - the pidfd said it exited
             return
         returncode = info.si_status if info.si_code == os.CLD_EXITED else -info.si_status
-        self.zombies.add(pid)
-        send(self.sock, {"op": "exit", "pid": pid, "returncode": returncode})
+        conn.zombies.add(pid)
+        self.tell(conn, {"op": "exit", "pid": pid, "returncode": returncode})
+
+
+def _options(args: list[str]) -> tuple[float, str | None, list[str]]:
+    """``[--keep SECONDS] [--listen PATH] MODULE...`` as (keep, listen, modules)."""
+    keep, listen = 0.0, None
+    while len(args) >= 2 and args[0] in ("--keep", "--listen"):
+        if args[0] == "--keep":
+            keep = float(args[1])
+        else:
+            listen = args[1]
+        args = args[2:]
+    return keep, listen, args
 
 
 def main(argv: list[str]) -> int:
-    """``_server.py FD MODULE...``: preload, say ready (or why not), serve."""
+    """``_server.py FD [--keep S --listen PATH] MODULE...``: preload, listen, say ready (or why not), serve."""
     here = os.path.dirname(os.path.abspath(__file__))
     if sys.path and os.path.abspath(sys.path[0] or ".") == here:
         del sys.path[0]  # a worker's sys.path[0] is its script's directory, set at fork
     control_fd = int(argv[1])
-    modules = list(argv[2:])
+    keep, listen, modules = _options(list(argv[2:]))
     sock = socket.socket(fileno=control_fd)
     started = time.monotonic()
     problem = preload(modules, control_fd)
     if problem is not None:
         send(sock, {"op": "refused", "message": problem})
         return 2
-    send(sock, {"op": "ready", "seconds": time.monotonic() - started, "pid": os.getpid()})
-    Server(sock).serve()
+    server = Server(sock, keep, modules)
+    if listen is not None and keep > 0:
+        server.listen(listen)
+    server.tell(server.conns[sock], {"op": "ready", **server.info(), "seconds": time.monotonic() - started})
+    server.serve()
     return 0
 
 

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import IO, Any, TextIO
 
 from rallypoint.agent.warm import _server
+from rallypoint.agent.warm import keep as kept
 from rallypoint.core.errors import EXIT_USAGE, RallypointError
 
 __all__ = ["WarmLauncher", "WarmProcess", "WarmRefusedError", "preload_problem", "warm_environment"]
@@ -151,30 +152,123 @@ def _gone(pid: int, deadline: float) -> None:
 
 
 class _Connection:
-    """One warm process and the thread that reads its messages."""
+    """One warm process (started here, or a kept one found running) and the thread that reads its messages."""
 
-    def __init__(self, modules: Sequence[str], env: Mapping[str, str], python: str, pdeathsig: bool) -> None:
+    def __init__(
+        self, modules: Sequence[str], env: Mapping[str, str], python: str, pdeathsig: bool, keep: float = 0.0
+    ) -> None:
         self.modules = list(modules)
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock = ours
+        self.sock: socket.socket | None = None
+        self.popen: subprocess.Popen[bytes] | None = None
+        #: The warm process's pid (``None`` until known: a kept one is found or started by the reader).
+        self.server_pid: int | None = None
+        self.kept = False  # the warm process outlives this agent (preload_keep)
+        self.attached = False  # ... and was found running, started by another agent
+        self.log: Path | None = None
         self._send_lock = threading.Lock()
         self._state = threading.Condition()
         self.ready = False
         self.refused: str | None = None
+        self.stale: str | None = None
         self.dead = False
+        self.closing = False
         self.ready_seconds: float | None = None
         self._next_id = 0
         self._pending: dict[int, tuple[concurrent.futures.Future[WarmProcess], list[str]]] = {}
         self._handles: dict[int, WarmProcess] = {}
-        argv = [python, "-u", SERVER, str(theirs.fileno()), *self.modules]
+        if keep > 0:
+            target: Any = self._keep_then_read
+            args: tuple[Any, ...] = (env, python, keep)
+        else:
+            self.sock, target, args = self._start(python, env, pdeathsig), self._read, ()
+        threading.Thread(target=target, args=args, name="rallypoint-warm-reader", daemon=True).start()
+
+    def _start(
+        self, python: str, env: Mapping[str, str], pdeathsig: bool, options: Sequence[str] = (), log: Path | None = None
+    ) -> socket.socket:
+        """Start a warm process connected to the socket returned."""
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        argv = [python, "-u", SERVER, str(theirs.fileno()), *options, *self.modules]
         try:
-            self.popen = _start_server(argv, env, theirs.fileno(), pdeathsig)
+            self.popen = _start_server(argv, env, theirs.fileno(), pdeathsig, log)
+        except BaseException:
+            ours.close()
+            raise
         finally:
             theirs.close()
-        threading.Thread(target=self._read, name="rallypoint-warm-reader", daemon=True).start()
+        self.server_pid = self.popen.pid
+        return ours
+
+    def _keep_then_read(self, env: Mapping[str, str], python: str, keep: float) -> None:
+        """Reader thread of a kept warm process: find or start it, then read its messages."""
+        try:
+            sock, first = self._find_or_start(env, python, keep)
+        except Exception as exc:  # noqa: BLE001 - reported by wait_ready, as a warm process that ended
+            print(f"rallypoint: cannot start the warm process: {exc}", file=sys.stderr, flush=True)
+            self._lost()
+            return
+        with self._state:
+            self.sock = sock
+            closing = self.closing
+        if closing:
+            sock.close()
+        elif first is not None:
+            self._dispatch(first[0])
+            for fd in first[1]:
+                os.close(fd)
+            self._read()
+            return
+        self._lost()
+
+    def _find_or_start(
+        self, env: Mapping[str, str], python: str, keep: float
+    ) -> tuple[socket.socket, tuple[dict[str, Any], list[int]] | None]:
+        """Connect to the kept warm process of this key, or start it; the socket and its first message."""
+        try:
+            directory = kept.secure_runtime_dir()
+            key = kept.reuse_key(python, self.modules, env)
+        except (OSError, kept.KeepDirectoryError) as exc:
+            print(f"rallypoint: agent.preload_keep: {exc}", file=sys.stderr, flush=True)
+            sock = self._start(python, env, True)
+            return sock, _server.recv(sock)
+        path = kept.socket_path(directory, key)
+        with kept.key_lock(directory, key, READY_TIMEOUT) as locked:
+            found = self._hello(path) if locked else None
+            if found is not None:
+                return found
+            self.kept, self.log = True, kept.log_path(directory, key)
+            sock = self._start(python, env, False, ["--keep", f"{keep:g}", "--listen", os.fspath(path)], self.log)
+            return sock, _server.recv(sock)  # ready (listening) or refused, before the lock is released
+
+    def _hello(self, path: Path) -> tuple[socket.socket, tuple[dict[str, Any], list[int]]] | None:
+        """Attach to the kept warm process at ``path`` if it is there and not stale."""
+        sock = kept.connect(path)
+        if sock is None:
+            with contextlib.suppress(OSError):
+                path.unlink()  # nothing listens there: a warm process that was killed
+            return None
+        try:
+            _server.send(sock, {"op": "hello"})
+        except OSError:
+            sock.close()
+            return None
+        answer = _server.recv(sock)
+        if answer is None or answer[0].get("op") != "ready":
+            if answer is not None and answer[0].get("op") == "stale":
+                print(
+                    f"rallypoint: the kept warm process is stale ({answer[0].get('message')}); starting a new one",
+                    file=sys.stderr,
+                    flush=True,
+                )
+            sock.close()
+            return None
+        sock.settimeout(None)
+        self.kept = self.attached = True
+        return sock, answer
 
     # -- reading -----------------------------------------------------------------------------------
     def _read(self) -> None:
+        assert self.sock is not None
         while (received := _server.recv(self.sock)) is not None:
             self._dispatch(received[0])
             for fd in received[1]:
@@ -186,6 +280,7 @@ class _Connection:
         with self._state:
             if op == "ready":
                 self.ready, self.ready_seconds = True, float(message.get("seconds", 0.0))
+                self.server_pid = int(message.get("pid", self.server_pid or 0)) or self.server_pid
             elif op == "refused":
                 self.refused = str(message.get("message"))
             elif op in ("spawned", "failed"):
@@ -194,6 +289,9 @@ class _Connection:
                     handle = WarmProcess(self, int(message["pid"]), argv)
                     self._handles[handle.pid] = handle
                     future.set_result(handle)
+                elif message.get("stale"):  # a kept warm process whose modules changed: replaced by the launcher
+                    self.stale = str(message["message"])
+                    future.set_exception(_WarmGone(0, self.stale))
                 else:
                     future.set_exception(OSError(int(message["errno"]) or None, str(message["message"])))
             elif op == "exit":
@@ -228,9 +326,10 @@ class _Connection:
                 raise WarmRefusedError(f"agent.preload: {self.refused}")
             if not self.ready:
                 why = "ended" if self.dead else f"was not ready after {timeout:g} s"
+                where = f"in {self.log}" if self.log is not None else "above"
                 raise RallypointError(
-                    f"the warm process (pid {self.popen.pid}) that preloads {', '.join(self.modules)} {why} "
-                    "before its first worker; its error output is above. Check that each module of "
+                    f"the warm process (pid {self.server_pid}) that preloads {', '.join(self.modules)} {why} "
+                    f"before its first worker; its error output is {where}. Check that each module of "
                     "agent.preload imports on its own (python -c 'import NAME')"
                 )
 
@@ -247,6 +346,7 @@ class _Connection:
         request = {"op": "spawn", "id": request_id, "argv": list(argv), "env": dict(env), "cwd": cwd}
         request["pdeathsig"] = pdeathsig
         try:
+            assert self.sock is not None  # ready
             with self._send_lock:
                 _server.send(self.sock, request, fds)
         except OSError as exc:
@@ -261,38 +361,59 @@ class _Connection:
             self._state.wait_for(lambda: self.dead, timeout)
 
     def reap(self, pid: int) -> None:
+        if self.sock is None:
+            return
         with contextlib.suppress(OSError), self._send_lock:
             _server.send(self.sock, {"op": "reap", "pid": pid})
 
     def close(self, timeout: float = 5.0) -> None:
-        if not self.ready:  # still importing (a signal stopped the agent early): nothing to wait for
+        """End this connection; a warm process not kept is stopped, a kept one stays for the next agent."""
+        with self._state:
+            self.closing = True
+            sock = self.sock
+        if sock is not None:
             with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)  # a kept warm process kills what is left of ours
+        if self.kept or self.popen is None:
+            if self.popen is not None:
+                self.popen.poll()  # reaped if it already exited; otherwise it outlives us
+        else:
+            if not self.ready:  # still importing (a signal stopped the agent early): nothing to wait for
+                with contextlib.suppress(OSError):
+                    self.popen.kill()
+            try:
+                self.popen.wait(timeout)
+            except subprocess.TimeoutExpired:
                 self.popen.kill()
-        with contextlib.suppress(OSError):
-            self.sock.shutdown(socket.SHUT_RDWR)
-        try:
-            self.popen.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.popen.kill()
-            self.popen.wait()
-        self.sock.close()
+                self.popen.wait()
+        if sock is not None:
+            sock.close()
 
 
-def _start_server(argv: list[str], env: Mapping[str, str], fd: int, pdeathsig: bool) -> subprocess.Popen[bytes]:
-    """Start the warm process from the agent's spawner thread (the death signal follows that thread)."""
+def _start_server(
+    argv: list[str], env: Mapping[str, str], fd: int, pdeathsig: bool, log: Path | None = None
+) -> subprocess.Popen[bytes]:
+    """Start the warm process from the agent's spawner thread (the death signal follows that thread).
+
+    A kept one (``log`` given) writes its error output there and runs in ``/``: it outlives the
+    agent, its terminal and its working directory.
+    """
     from rallypoint.agent import workers
 
     def start() -> subprocess.Popen[bytes]:
         preexec = workers._make_preexec(os.getpid()) if pdeathsig and workers.PDEATHSIG_SUPPORTED else None
-        return subprocess.Popen(
-            argv,
-            env=dict(env),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            pass_fds=(fd,),
-            start_new_session=True,
-            preexec_fn=preexec,
-        )
+        with open(log, "wb") if log is not None else contextlib.nullcontext() as stderr:
+            return subprocess.Popen(
+                argv,
+                env=dict(env),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=stderr,
+                cwd="/" if log is not None else None,
+                pass_fds=(fd,),
+                start_new_session=True,
+                preexec_fn=preexec,
+            )
 
     return workers._spawner.call(start)
 
@@ -306,6 +427,9 @@ class WarmLauncher:
         python: the interpreter; the agent's by default.
         console: where messages about the warm process go (``sys.stderr`` by default).
         pdeathsig: the warm process dies with the agent (Linux parent-death signal).
+        keep: seconds the warm process stays after the agent, for the next agent of this user
+            with the same interpreter, modules and environment (``[agent] preload_keep``;
+            :mod:`rallypoint.agent.warm.keep`). 0: it ends with the agent.
     """
 
     def __init__(
@@ -316,8 +440,10 @@ class WarmLauncher:
         python: str | None = None,
         console: TextIO | None = None,
         pdeathsig: bool = True,
+        keep: float = 0.0,
     ) -> None:
         self.modules = list(modules)
+        self.keep = keep
         self.env = dict(os.environ if env is None else env)
         self.python = python or sys.executable
         self.console = console
@@ -325,12 +451,18 @@ class WarmLauncher:
         #: How many warm processes were started (more than one after one died).
         self.starts = 0
         self._conn: _Connection | None = None
+        self._retired: list[_Connection] = []  # stale kept warm processes, still running workers of ours
         self._lock = threading.Lock()
 
     @property
     def pid(self) -> int | None:
-        """The current warm process's pid, or ``None`` before :meth:`start`."""
-        return self._conn.popen.pid if self._conn is not None else None
+        """The current warm process's pid, or ``None`` before it is known."""
+        return self._conn.server_pid if self._conn is not None else None
+
+    @property
+    def attached(self) -> bool:
+        """Whether the current warm process is a kept one that another agent started."""
+        return self._conn is not None and self._conn.attached
 
     @property
     def ready_seconds(self) -> float | None:
@@ -350,23 +482,31 @@ class WarmLauncher:
 
     def _ensure(self) -> _Connection:
         conn = self._conn
-        if conn is not None and not conn.dead:
+        if conn is not None and not conn.dead and conn.stale is None:
             return conn
-        if conn is not None:
+        if conn is not None and conn.stale is not None:
+            self._retired.append(conn)  # it exits once we close: our workers forked from it run on
+            self._say(f"the kept warm process (pid {conn.server_pid}) is stale ({conn.stale}); starting a new one")
+        elif conn is not None:
             if conn.refused is not None:
                 raise WarmRefusedError(f"agent.preload: {conn.refused}")
-            code = conn.popen.wait()
-            how = f"signal {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
-            print(
-                f"rallypoint: the warm process (pid {conn.popen.pid}) ended ({how}); starting a new one "
-                f"(importing {', '.join(self.modules)} again)",
-                file=self.console or sys.stderr,
-                flush=True,
-            )
-            conn.sock.close()
-        self._conn = _Connection(self.modules, self.env, self.python, self.pdeathsig)
+            how = ""
+            if conn.popen is not None and not conn.attached:
+                code = conn.popen.wait()
+                how = f" ({f'signal {signal.Signals(-code).name}' if code < 0 else f'exit code {code}'})"
+            self._say(f"the warm process (pid {conn.server_pid}) ended{how}; starting a new one")
+            if conn.sock is not None:
+                conn.sock.close()
+        self._conn = _Connection(self.modules, self.env, self.python, self.pdeathsig, self.keep)
         self.starts += 1
         return self._conn
+
+    def _say(self, what: str) -> None:
+        print(
+            f"rallypoint: {what} (importing {', '.join(self.modules)} again)",
+            file=self.console or sys.stderr,
+            flush=True,
+        )
 
     def spawn(
         self,
@@ -395,16 +535,18 @@ class WarmLauncher:
                 conn = self._ensure()
             conn.wait_ready(READY_TIMEOUT)
             try:
-                return conn.spawn(argv, environ, os.fspath(cwd) if cwd else None, [stdout, stderr], pdeathsig)
+                return conn.spawn(argv, environ, os.fspath(cwd or os.getcwd()), [stdout, stderr], pdeathsig)
             except _WarmGone:
                 if retry:  # a second warm process died under this request too: give up
                     raise
-                conn.wait_gone(5.0)  # the next _ensure() then starts a new one
+                if conn.stale is None:
+                    conn.wait_gone(5.0)  # the next _ensure() then starts a new one
         raise AssertionError("unreachable")  # pragma: no cover
 
     def close(self) -> None:
-        """Stop the warm process (its workers must have been stopped before)."""
+        """Stop the warm process, or leave a kept one for the next agent (its workers must have been stopped)."""
         with self._lock:
             conn, self._conn = self._conn, None
-        if conn is not None:
-            conn.close()
+            retired, self._retired = self._retired, []
+        for old in [*retired, *([conn] if conn is not None else [])]:
+            old.close()
