@@ -13,8 +13,10 @@ the configured strategy), start the workers, then monitor them. Exits are seen a
   the same report and exits 1, like the node that closed it;
 * the round is over (a peer failed, left or died) or nodes are waiting: the workers are
   stopped and the agent re-rendezvouses, without spending the restart budget;
-* this node's rendezvous heartbeat keeps failing: the workers are stopped and the agent exits 1
-  naming the error (its peers take it for dead);
+* this node lost the rendezvous (its heartbeat could not reach the backend for
+  ``heartbeat_timeout``, so its peers dropped it): the workers are stopped and the agent rejoins
+  the next round, without spending the restart budget, retrying the backend until the join
+  timeout (:mod:`rallypoint.agent.rejoin`); a rendezvous whose state is gone fails the node;
 * SIGTERM/SIGINT/SIGHUP: forwarded to the workers, which get ``grace`` seconds before SIGKILL.
 
 A run id is used once: a node that finds its run already closed, or a different job under
@@ -38,6 +40,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
+from rallypoint.agent import rejoin as rejoining
 from rallypoint.agent.console import agent_line
 from rallypoint.agent.env import WorkerContext, worker_environment
 from rallypoint.agent.error_files import read_error_file
@@ -105,6 +108,12 @@ class ElasticAgent:
         self._watchdog: WatchdogServer | None = None
         self._expired: dict[int, WatchdogExpiry] = {}
         self.rounds = 0
+        self.rejoins = 0  # times this node rejoined after losing the rendezvous
+        self._lost: rejoining.Lost | None = None  # set while it rejoins
+        self._contact = time.monotonic()  # its last answer from the backend
+        self._outcome: Outcome | None = None  # how the current round's workers ended (None: running)
+        self._reason = ""  # the round header's reason when the monitor saw the round over
+        self._gap = 0.0  # and how long the backend had not answered before that read
 
     # -- messages ----------------------------------------------------------------------------
     def say(self, message: str) -> None:
@@ -143,34 +152,99 @@ class ElasticAgent:
             restore()
 
     def _loop(self) -> AgentResult:
-        from rallypoint.rendezvous.errors import RendezvousClosedError, RendezvousFinishedError
+        from rallypoint.rendezvous.errors import (
+            RendezvousBackendError,
+            RendezvousClosedError,
+            RendezvousFinishedError,
+            RendezvousHeartbeatError,
+        )
 
         while True:
             try:
-                with waiting_line(self.handler, self.console or sys.stderr):
-                    result = self.handler.next_rendezvous()
+                result = self._next_round()
             except RendezvousFinishedError:
                 raise  # the run had ended before this node came: refused, no worker started
             except RendezvousClosedError:
                 return self._after_close()
-            self.rounds += 1
-            restarts = self._restarts()
-            outcome, failures = self._run_attempt(result, self._assign_or_abort(result), restarts)
-            if outcome is Outcome.SUCCEEDED:
-                outcome = self._exit_barrier(result)
-                if outcome is Outcome.SUCCEEDED:
-                    self._close(f"job succeeded (closed by node {self.handler.node_id!r})")
-                    self.say(f"job {self.settings.run_id!r} succeeded")
-                    return AgentResult(0, rounds=self.rounds, restarts=restarts)
-            if outcome is Outcome.CLOSED:
-                return self._after_close()
-            why = vanished_peer(self.handler, result) if outcome is Outcome.FAILED else "membership changed"
-            if why is None:
-                self._publish(failures)
-                if not self._may_restart(result, failures):
-                    return self._fail(restarts, close=True)
+            except rejoining.RejoinTimedOut as exc:
+                return self._rejoin_failed(exc)
+            except (RendezvousBackendError, RendezvousHeartbeatError) as exc:
+                # lost while waiting for a round: ridden out once this node has reached the
+                # backend (a heartbeat ran, or it was a member); the first call fails as before
+                if not rejoining.lost_contact(exc) or (self.rounds == 0 and isinstance(exc, RendezvousBackendError)):
+                    raise
+                self._lose(None, exc)
                 continue
-            self.say(f"round {result.round} is over ({why}); re-rendezvous, no restart counted")
+            try:
+                ended = self._round(result)
+            except (RendezvousBackendError, RendezvousHeartbeatError) as exc:
+                if not rejoining.lost_contact(exc):
+                    raise
+                self._lose(result.round, exc)
+                continue
+            if ended is not None:
+                return ended
+
+    def _next_round(self) -> RendezvousResult:
+        """The next round: joined as usual, or rejoined after this node lost the rendezvous."""
+        lost = self._lost
+        with waiting_line(self.handler, self.console or sys.stderr):
+            result = self.handler.next_rendezvous() if lost is None else rejoining.rejoin(self.handler, lost)
+        self._contact = time.monotonic()
+        if lost is not None:
+            self._lost = None
+            self.rejoins += 1
+            self.say(
+                f"rejoined the job in round {result.round} ({result.num_nodes} node(s)), "
+                f"{self._contact - lost.started:.1f}s after it started rejoining"
+            )
+        return result
+
+    def _round(self, result: RendezvousResult) -> AgentResult | None:
+        """Run one round's workers; the agent's result when the job ended, ``None`` for the next round."""
+        self.rounds += 1
+        restarts = self._restarts()
+        self._outcome = None
+        outcome, failures = self._run_attempt(result, self._assign_or_abort(result), restarts)
+        self._outcome = outcome
+        if outcome is Outcome.SUCCEEDED:
+            outcome = self._exit_barrier(result)
+            if outcome is Outcome.SUCCEEDED:
+                self._close(f"job succeeded (closed by node {self.handler.node_id!r})")
+                self.say(f"job {self.settings.run_id!r} succeeded")
+                return self._result(0, restarts=restarts)
+        if outcome is Outcome.CLOSED:
+            return self._after_close()
+        if outcome is Outcome.MEMBERSHIP and repr(self.handler.node_id) in self._reason:
+            # the backend answers again, but this node's peers took it for dead meanwhile
+            self.say(rejoining.dropped_message(result.round, self._reason, self._gap))
+            return None
+        why = vanished_peer(self.handler, result) if outcome is Outcome.FAILED else "membership changed"
+        if why is None:
+            self._publish(failures)
+            if not self._may_restart(result, failures):
+                return self._fail(restarts, close=True)
+            return None
+        self.say(f"round {result.round} is over ({why}); re-rendezvous, no restart counted")
+        return None
+
+    def _lose(self, round_: int | None, exc: BaseException) -> None:
+        """Lost the rendezvous: say so once, and rejoin (no restart counted)."""
+        workers = rejoining.workers_fate(self._outcome if round_ is not None else Outcome.MEMBERSHIP)
+        self._lost = rejoining.Lost(round_, self._contact, time.monotonic(), workers)
+        self._outcome = None
+        self.say(rejoining.lost_message(self._lost, exc, self._endpoint(), self.handler.timeouts.join))
+
+    def _endpoint(self) -> str:
+        return self.settings.rendezvous_endpoint or type(self.backend).__name__
+
+    def _rejoin_failed(self, exc: rejoining.RejoinTimedOut) -> AgentResult:
+        """The backend did not answer again within the join timeout: this node fails."""
+        self.say(rejoining.rejoin_failed_message(exc, self._endpoint(), self.handler.timeouts.join))
+        return self._result(1)
+
+    def _result(self, exit_code: int, report: FailureReport | None = None, *, restarts: int = 0) -> AgentResult:
+        return AgentResult(exit_code, report, rounds=self.rounds, restarts=restarts, rejoins=self.rejoins)
 
     def _assign_or_abort(self, result: RendezvousResult) -> RankAssignment:
         try:
@@ -322,9 +396,12 @@ class ElasticAgent:
             status = running_status(self.handler)
             if status is None:
                 continue  # the backend did not answer: the workers go on, the heartbeat decides
+            now = time.monotonic()
+            gap, self._contact = now - self._contact, now
             if status.closed and status.failed:
                 return Outcome.CLOSED, None
             if status.waiting > 0:
+                self._reason, self._gap = status.reason, gap
                 return Outcome.MEMBERSHIP, None
 
     def _failure(
@@ -447,14 +524,17 @@ class ElasticAgent:
         saved = report.save(self.settings.log_dir / "failure.json")  # never raises: the console report comes first
         tail = f"\n{closed_by}; this node's workers were stopped" if closed_by else ""
         self.say("job failed\n" + report.format() + f"\n\n{saved}" + tail)
-        return AgentResult(1, report, rounds=self.rounds, restarts=restarts)
+        return self._result(1, report, restarts=restarts)
 
     def _after_close(self) -> AgentResult:
         """Another node closed the job: this node ends the way the job did.
 
         Closed as failed: the same root-cause report, exit 1 (the error of an aborting node is
-        raised). Closed as succeeded: exit 0 only for a node that never got a place in the job
-        (it waited while the others finished); a member whose workers had not finished exits 1.
+        raised). Closed as succeeded: exit 0 for a node that never got a place in the job (it
+        waited while the others finished) and for a node that was dropped (it lost the
+        rendezvous) and was rejoining: the job's outcome is success, and the message says that
+        this node did no work after it was dropped. A member whose workers had not finished
+        exits 1.
         """
         restarts = self._restarts()
         abort = self.backend.get(ABORT_KEY)
@@ -472,9 +552,12 @@ class ElasticAgent:
                 f"job {self.settings.run_id!r} ended ({reason}) while this node waited for a place in it; "
                 "no worker ran here"
             )
-            return AgentResult(0, rounds=self.rounds, restarts=restarts)
+            return self._result(0, restarts=restarts)
+        if self._lost is not None:
+            self.say(rejoining.succeeded_without_message(self.settings.run_id, reason, self._lost))
+            return self._result(0, restarts=restarts)
         self.say(f"job {self.settings.run_id!r} was closed ({reason}) before this node's workers finished")
-        return AgentResult(1, rounds=self.rounds, restarts=restarts)
+        return self._result(1, restarts=restarts)
 
     # -- watchdog ------------------------------------------------------------------------------
     def _start_watchdog(self) -> None:

@@ -47,6 +47,7 @@ __all__ = [
     "RendezvousPlan",
     "job_fingerprint",
     "plan_job",
+    "rendezvous_endpoint",
     "visible_gpus",
     "worker_argv",
 ]
@@ -309,6 +310,18 @@ def _rendezvous_plan(resolved: ResolvedConfig, facts: NodeFacts, job_name: str) 
     )
 
 
+def rendezvous_endpoint(plan: RendezvousPlan) -> str:
+    """The rendezvous backend as messages name it: ``'grpc' backend at 10.0.0.1:29400``.
+
+    The value of the option ``--rdzv-endpoint`` sets (the backend record's ``endpoint_option``);
+    a backend without one is named alone (``'memory' backend``).
+    """
+    record = plan.record
+    option = record.endpoint_option
+    value = getattr(plan.backend.options, option, None) if option else None
+    return f"{record.name!r} backend at {value}" if value else f"{record.name!r} backend"
+
+
 def _worker_env(resolved: ResolvedConfig, facts: NodeFacts, job: JobSection) -> dict[str, str]:
     """Variables every worker gets on top of the torchrun ones; ``[job] env`` wins over ours.
 
@@ -433,5 +446,6 @@ def plan_job(resolved: ResolvedConfig, facts: NodeFacts) -> JobPlan:
         store_head_start=agent.store_head_start,
         preload=tuple(agent.preload),
         preload_env=warm_environment(facts.environ, worker_env, node.local_world_size) if agent.preload else None,
+        rendezvous_endpoint=rendezvous_endpoint(rendezvous),
     )
     return JobPlan(node, settings, rendezvous)

@@ -64,6 +64,8 @@ class AgentSettings:
         store_head_start: seconds worker rank 0 starts before this node's other workers. It
             serves torch's ``env://`` store, and a client that finds no server yet backs off for
             about half a second; the head start makes the first connection succeed.
+        rendezvous_endpoint: where the rendezvous backend is, as messages name it (e.g.
+            ``"'grpc' backend at 10.0.0.1:29400"``); ``None``: the backend's class.
     """
 
     argv: Sequence[str]
@@ -87,6 +89,7 @@ class AgentSettings:
     preload: tuple[str, ...] = ()  # [agent] preload: workers forked from a warm process (rallypoint.agent.warm)
     preload_env: Mapping[str, str] | None = None  # the warm process's environment (the agent's when None)
     preload_keep: float = 0.0  # [agent] preload_keep: seconds the warm process outlives the agent
+    rendezvous_endpoint: str | None = None
 
 
 @dataclass
@@ -98,9 +101,11 @@ class AgentResult:
         report: the failure report when the job failed.
         rounds: rendezvous rounds this agent took part in.
         restarts: restarts the job used.
+        rejoins: times this node rejoined the job after it lost the rendezvous (and was dropped).
     """
 
     exit_code: int
     report: FailureReport | None = None
     rounds: int = 0
     restarts: int = 0
+    rejoins: int = 0

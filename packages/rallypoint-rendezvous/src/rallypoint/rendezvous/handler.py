@@ -426,6 +426,24 @@ class RendezvousHandler:
         """Why this node failed (its heartbeat kept failing), or ``None``."""
         return self._failure
 
+    def clear_failure(self) -> RendezvousHeartbeatError | None:
+        """Forget this node's heartbeat failure, so that it may join a new round.
+
+        For a caller that lost the rendezvous (its peers dropped it) and rejoins once the
+        backend answers again: the next :meth:`next_rendezvous` starts the heartbeats again.
+
+        Returns:
+            The failure that was cleared, or ``None`` when the node had not failed.
+        """
+        failure = self._failure
+        if failure is None:
+            return None
+        if self._thread is not None:
+            self._thread.join(timeout=self.timeouts.heartbeat_interval + 5)  # it ends once it set the failure
+            self._thread = None
+        self._failure = None
+        return failure
+
     # -- internals -----------------------------------------------------------------------
     def _raise_failure(self) -> None:
         if self._failure is not None:

@@ -1,0 +1,206 @@
+"""Rejoining the job after this node lost the rendezvous.
+
+A host whose link to the rendezvous backend stays down for longer than ``heartbeat_timeout`` is
+taken for dead: its peers drop it from the round and train on without it. Its agent learns it
+one of two ways: its own heartbeat could not be written for ``heartbeat_timeout`` (the handler
+raises :class:`~rallypoint.rendezvous.errors.RendezvousHeartbeatError` caused by a
+:class:`~rallypoint.rendezvous.errors.RendezvousBackendError`), or the backend answers again and
+the round it runs is over, opened anew because of its missing heartbeat.
+
+Like a lost peer host (:mod:`rallypoint.agent.peers`), this is a membership change, not a worker
+failure: the agent stops its workers (they belong to a round it is no longer part of), counts
+no restart, says how long it lost the rendezvous, and joins the next round. While the backend
+still does not answer, :func:`rejoin` retries with backoff; once ``join_timeout`` has passed
+since the node started rejoining it gives up (:class:`RejoinTimedOut`) and the agent fails,
+naming the backend's endpoint and how long it tried.
+
+Only an unreachable backend is ridden out: a rendezvous whose state is gone or corrupt (a
+:class:`~rallypoint.rendezvous.errors.RendezvousStateError`, e.g. a deleted run directory)
+still fails the node at once.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from rallypoint.agent.settings import Outcome
+
+if TYPE_CHECKING:
+    from rallypoint.rendezvous.handler import RendezvousHandler, RendezvousResult
+
+__all__ = [
+    "INITIAL_BACKOFF",
+    "MAX_BACKOFF",
+    "Lost",
+    "RejoinTimedOut",
+    "dropped_message",
+    "lost_contact",
+    "lost_message",
+    "rejoin",
+    "rejoin_failed_message",
+    "succeeded_without_message",
+    "workers_fate",
+]
+
+#: The first wait between two tries of an unreachable backend, in seconds (doubled after each try).
+INITIAL_BACKOFF = 0.5
+#: The longest wait between two tries, in seconds.
+MAX_BACKOFF = 5.0
+
+
+def lost_contact(exc: BaseException) -> bool:
+    """Whether ``exc`` says the rendezvous backend could not be reached (the node may rejoin).
+
+    A heartbeat failure counts when its cause is a backend error; a state error (the run's
+    state deleted or corrupt) does not: there is no job left to rejoin.
+    """
+    from rallypoint.rendezvous.errors import RendezvousBackendError, RendezvousHeartbeatError
+
+    if isinstance(exc, RendezvousHeartbeatError):
+        return isinstance(exc.error, RendezvousBackendError)
+    return isinstance(exc, RendezvousBackendError)
+
+
+@dataclass(frozen=True)
+class Lost:
+    """A node that lost the rendezvous, while it rejoins.
+
+    Attributes:
+        round: the round it was dropped from, or ``None`` when it was waiting for one.
+        last_contact: monotonic time of its last answer from the backend.
+        started: monotonic time it started rejoining (the join timeout counts from here).
+        workers: what became of its workers in that round, for messages ("were stopped"...).
+    """
+
+    round: int | None
+    last_contact: float
+    started: float
+    workers: str
+
+    @property
+    def lost_for(self) -> float:
+        """Seconds from the last answer to the start of the rejoin."""
+        return max(0.0, self.started - self.last_contact)
+
+
+class RejoinTimedOut(Exception):
+    """The backend did not answer again within the join timeout.
+
+    Attributes:
+        attempts: how many times the node tried to join.
+        seconds: how long it tried.
+        error: the last backend error.
+    """
+
+    def __init__(self, attempts: int, seconds: float, error: BaseException) -> None:
+        self.attempts = attempts
+        self.seconds = seconds
+        self.error = error
+        super().__init__(f"{attempts} attempt(s) over {seconds:.1f}s; last: {type(error).__name__}: {error}")
+
+
+def rejoin(
+    handler: RendezvousHandler,
+    lost: Lost,
+    *,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> RendezvousResult:
+    """Join the next round after a lost rendezvous; retry an unreachable backend with backoff.
+
+    Args:
+        handler: this node's rendezvous handler (a heartbeat failure it holds is cleared).
+        lost: when the node lost the rendezvous and started rejoining.
+        clock: monotonic clock (tests pass a fake one).
+        sleep: waits between two tries.
+
+    Returns:
+        The round this node joined.
+
+    Raises:
+        RejoinTimedOut: the backend still did not answer ``join_timeout`` after ``lost.started``.
+        RendezvousClosedError: the job was closed meanwhile.
+        RendezvousError: any other error of :meth:`~RendezvousHandler.next_rendezvous` (a state
+            error, a join timeout of a backend that answers).
+    """
+    from rallypoint.rendezvous.errors import RendezvousBackendError, RendezvousHeartbeatError
+
+    deadline = lost.started + handler.timeouts.join
+    delay = INITIAL_BACKOFF
+    attempts = 0
+    while True:
+        handler.clear_failure()
+        attempts += 1
+        try:
+            return handler.next_rendezvous()
+        except (RendezvousBackendError, RendezvousHeartbeatError) as exc:
+            if not lost_contact(exc):
+                raise
+            error = exc.error if isinstance(exc, RendezvousHeartbeatError) else exc
+        left = deadline - clock()
+        if left <= 0:
+            raise RejoinTimedOut(attempts, clock() - lost.started, error)
+        sleep(min(delay, left))
+        delay = min(2 * delay, MAX_BACKOFF)
+
+
+# -- what the agent says ------------------------------------------------------------------------
+def workers_fate(outcome: Outcome | None) -> str:
+    """What became of the workers of a round whose node lost the rendezvous.
+
+    Args:
+        outcome: how they had ended when it happened (``None``: they were running;
+            ``MEMBERSHIP``: the node was waiting for a round, none ran).
+    """
+    if outcome is Outcome.SUCCEEDED:
+        return "its workers had finished"
+    if outcome is Outcome.FAILED:
+        return "its workers had failed (not counted: the failure could not be recorded)"
+    if outcome is Outcome.MEMBERSHIP:
+        return "no worker ran"
+    return "its workers were stopped"
+
+
+def lost_message(lost: Lost, exc: BaseException, endpoint: str, join_timeout: float) -> str:
+    """The one line an agent prints when it lost the rendezvous and starts rejoining."""
+    from rallypoint.rendezvous.errors import RendezvousHeartbeatError
+
+    beat = isinstance(exc, RendezvousHeartbeatError)
+    cause = exc.error if isinstance(exc, RendezvousHeartbeatError) else exc
+    where = f"round {lost.round}" if lost.round is not None else "the rendezvous while it waited for a round"
+    return (
+        f"lost the rendezvous for {lost.lost_for:.1f}s ({'its heartbeat' if beat else 'it'} could not reach the "
+        f"rendezvous ({endpoint}): {type(cause).__name__}: {cause}); dropped from {where}, {lost.workers}; "
+        f"rejoining, no restart counted (retried until the join timeout, {join_timeout:g}s)"
+    )
+
+
+def dropped_message(round_: int, reason: str, gap: float) -> str:
+    """What a node says when the backend answers again and its round was reopened without it."""
+    return (
+        f"this node was dropped from round {round_} ({reason}): it lost the rendezvous for about {gap:.1f}s; "
+        "its workers were stopped; rejoining, no restart counted"
+    )
+
+
+def rejoin_failed_message(exc: RejoinTimedOut, endpoint: str, join_timeout: float) -> str:
+    """Why a node that could not rejoin fails."""
+    return (
+        f"this node fails: it could not rejoin the job, the rendezvous ({endpoint}) did not answer for "
+        f"{exc.seconds:.1f}s of retries ({exc.attempts} attempt(s), join timeout {join_timeout:g}s); last error "
+        f"{type(exc.error).__name__}: {exc.error}. Check that this host reaches it (network, firewall, the "
+        "server's host), or raise rendezvous.join_timeout"
+    )
+
+
+def succeeded_without_message(run_id: str, reason: str, lost: Lost) -> str:
+    """What a dropped node says when the job succeeded while it was rejoining (it exits 0)."""
+    where = f"round {lost.round}" if lost.round is not None else "the rendezvous while it waited for a round"
+    return (
+        f"job {run_id!r} succeeded without this node ({reason}): it was dropped from {where} when it lost the "
+        f"rendezvous ({lost.workers}) and ran no worker in the rounds that finished the job; exit 0 for the "
+        "job's outcome"
+    )
