@@ -9,13 +9,21 @@ the timeline). A last test checks the workers really were forked from the warm p
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
+import os
+import shutil
+import signal
 import subprocess
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+
+from rallypoint.agent.warm.keep import kept_servers
 
 
 def _load_suite() -> ModuleType:
@@ -30,17 +38,49 @@ def _load_suite() -> ModuleType:
 
 suite = _load_suite()
 _plain_agent_env = suite.agent_env
+_kept: dict[str, str] = {}  # RALLYPOINT_AGENT_PRELOAD_KEEP in the "kept" mode
+
+
+def _base_env(**extra: str) -> dict[str, str]:
+    """An agent's environment without the preload variable (and with the keep one in the "kept" mode)."""
+    return {**_plain_agent_env(**extra), **_kept}
 
 
 def _preloading_agent_env(**extra: str) -> dict[str, str]:
-    env = _plain_agent_env(**extra)
+    env = _base_env(**extra)
     env["RALLYPOINT_AGENT_PRELOAD"] = "torch"
     return env
 
 
-@pytest.fixture(autouse=True)
-def _preload(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.fixture(autouse=True, params=["fresh", "kept"])
+def _preload(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Every test twice: a warm process per agent, and one kept for the next agent (``preload_keep``).
+
+    In the "kept" mode each test has a runtime directory of its own (``XDG_RUNTIME_DIR``), so
+    its first agent starts the kept warm process and the test's later agents reuse it; the
+    ones left at the end are killed.
+    """
     monkeypatch.setattr(suite, "agent_env", _preloading_agent_env)
+    if request.param == "fresh":
+        yield
+        return
+    monkeypatch.setitem(_kept, "RALLYPOINT_AGENT_PRELOAD_KEEP", "30s")
+    with _private_runtime(monkeypatch):
+        yield
+
+
+@contextlib.contextmanager
+def _private_runtime(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """A runtime directory of the test's own for kept warm processes; those left in it are killed."""
+    runtime = tempfile.mkdtemp(prefix="rpw")
+    monkeypatch.setenv("XDG_RUNTIME_DIR", runtime)
+    try:
+        yield runtime
+    finally:
+        for info in kept_servers():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(info["pid"]), signal.SIGKILL)
+        shutil.rmtree(runtime, ignore_errors=True)
 
 
 test_a_torchrun_script_runs_unmodified_with_the_full_environment = (
@@ -107,7 +147,7 @@ def test_workers_and_restarted_workers_are_forked_from_one_warm_process(tmp_path
             ".",
         ],
         cwd=tmp_path,
-        env=_plain_agent_env() if how == "flag" else _preloading_agent_env(),
+        env=_base_env() if how == "flag" else _preloading_agent_env(),
         capture_output=True,
         text=True,
         timeout=120,
@@ -126,7 +166,7 @@ def test_a_preloaded_module_that_starts_a_thread_is_refused_with_exit_2(tmp_path
         "import threading, time\nthreading.Thread(target=time.sleep, args=(60,)).start()\n"
     )
     body = suite.script(tmp_path, "job.py", "pass\n")
-    env = _plain_agent_env(PYTHONPATH=str(tmp_path))
+    env = _base_env(PYTHONPATH=str(tmp_path))
     result = subprocess.run(
         [*suite.RALLYPOINT, "run", "--preload", "spinner", "--run-id", "spin", str(body)],
         cwd=tmp_path,
@@ -144,7 +184,7 @@ def test_preloading_a_program_that_is_not_python_is_a_config_error(tmp_path: Pat
     result = subprocess.run(
         [*suite.RALLYPOINT, "run", "--preload", "json", "--run-id", "prog", "true"],
         cwd=tmp_path,
-        env=_plain_agent_env(),
+        env=_base_env(),
         capture_output=True,
         text=True,
         timeout=120,
@@ -170,7 +210,7 @@ def test_a_dead_warm_process_is_replaced_and_the_job_restarts(tmp_path: Path) ->
     result = subprocess.run(
         [*suite.RALLYPOINT, "run", "--nproc-per-node", "2", "--preload", "json", "--run-id", "kw", str(body), "."],
         cwd=tmp_path,
-        env=_plain_agent_env(),
+        env=_base_env(),
         capture_output=True,
         text=True,
         timeout=120,
@@ -181,3 +221,25 @@ def test_a_dead_warm_process_is_replaced_and_the_job_restarts(tmp_path: Path) ->
     assert parents["0.1"] == parents["1.1"] != parents["0.0"]  # attempt 1 forked by a new warm process
     assert f"the warm process (pid {parents['0.0']}) ended (signal SIGKILL); starting a new one" in result.stderr
     assert "signal SIGKILL" in result.stderr  # the workers' outcome, as the agent saw it
+
+
+def test_the_next_job_reuses_the_kept_warm_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--preload-keep``: the second job's workers are forked by the first job's warm process."""
+    body = suite.script(tmp_path, "ppid.py", "import os, sys\nprint('PPID', os.getppid())\n")
+    parents = []
+    with _private_runtime(monkeypatch):
+        for run_id in ("k1", "k2"):
+            result = subprocess.run(
+                [*suite.RALLYPOINT, "run", "--preload", "json", "--preload-keep", "1m", "--run-id", run_id, str(body)],
+                cwd=tmp_path,
+                env=_base_env(),
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+            assert result.returncode == 0, result.stderr
+            output = result.stdout.splitlines() + result.stderr.splitlines()
+            parents += [line.split()[-1] for line in output if "PPID" in line]
+        assert len(parents) == 2
+        assert parents[0] == parents[1]
+        assert [int(parents[0])] == [int(info["pid"]) for info in kept_servers()]

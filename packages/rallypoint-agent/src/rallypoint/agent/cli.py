@@ -132,6 +132,11 @@ def _resolve(
     "--preload", metavar="MODULE,...", help="Fork workers from a process that imported these once (agent.preload)."
 )
 @click.option(
+    "--preload-keep",
+    metavar="DURATION",
+    help="Keep the warm process this long after the job, for the next one (agent.preload_keep).",
+)
+@click.option(
     "--local-addr",
     "--local_addr",
     "local_addr",
@@ -160,7 +165,6 @@ def run(
     args: tuple[str, ...],
     set_values: tuple[str, ...],
     as_module: bool,
-    preload: str | None,
     local_addr: str | None,
     node_id: str | None,
     host_name: str | None,
@@ -199,6 +203,7 @@ def run(
     from rallypoint.rendezvous.handler import RendezvousHandler
 
     _check_node_names(click.get_current_context(), node_id=node_id, host_name=host_name)
+    warm = _warm_overrides(flags.pop("preload"), flags.pop("preload_keep"))
     script = list(args)
     job_file = script.pop(0) if script and script[0].endswith(".toml") else None
     flags, from_env = from_environment({**flags, "module": as_module, "local_addr": local_addr}, os.environ)
@@ -208,7 +213,7 @@ def run(
         *torchrun_overrides(flags, os.environ, from_env),
         *_script_overrides(script, as_module, job_file),
         *_parse_set(set_values),
-        ("agent.preload", preload, f"--preload {_FLAG}"),  # None (not given) is dropped by _resolve
+        *warm,
     ]
     pm = plugin_manager()
     resolved = _resolve(job_file, overrides, _endpoint(flags), pm)
@@ -236,6 +241,11 @@ def run(
         fingerprint=rdzv.fingerprint,
     )
     return ElasticAgent(handler, _torchrun_settings(plan.settings, agent), pm=pm).run().exit_code
+
+
+def _warm_overrides(preload: str | None, keep: str | None) -> list[tuple[str, Any, str]]:
+    """``--preload`` and ``--preload-keep`` as job keys (a flag not given is dropped by :func:`_resolve`)."""
+    return [("agent.preload", preload, f"--preload {_FLAG}"), ("agent.preload_keep", keep, f"--preload-keep {_FLAG}")]
 
 
 def _endpoint(flags: dict[str, Any]) -> str | None:
@@ -266,6 +276,7 @@ def _torchrun_settings(settings: AgentSettings, agent: AgentSection) -> AgentSet
     role = {ROLE_ENV: agent.role} if agent.role != "default" else {}
     return replace(
         settings,
+        preload_keep=agent.preload_keep,
         stop_grace=agent.shutdown_timeout,
         signals=tuple(signal.Signals[name] for name in names.split(",")),
         worker_env={"TORCHELASTIC_SIGNALS_TO_HANDLE": names, **settings.worker_env, **role},

@@ -340,6 +340,12 @@ class AgentSection(Section):
         default_factory=list,
         description='Modules a warm process imports once; workers are forked from it (e.g. ["torch"]).',
     )
+    preload_keep: Duration = Field(
+        default=0.0,
+        ge=0,
+        description="How long the warm process (preload) stays after the agent ends, for this user's next job "
+        'on the node with the same modules and environment (e.g. "10m"); 0: it ends with the agent.',
+    )
     shutdown_timeout: Duration = Field(
         default=30.0, description="How long stopped workers get between SIGTERM and SIGKILL (torchrun's default too)."
     )

@@ -55,7 +55,7 @@ def rallypoint_rank_strategies() -> Iterable[RankStrategyRecord]:
 
 @hookimpl
 def rallypoint_cli_commands() -> Iterable[CliCommand]:
-    """``rallypoint run`` and ``rallypoint status``."""
+    """``rallypoint run``, ``rallypoint status`` and ``rallypoint warm``."""
     return [
         CliCommand(
             name="run",
@@ -66,5 +66,10 @@ def rallypoint_cli_commands() -> Iterable[CliCommand]:
             name="status",
             summary="Show a running job's round, members, waiting nodes and restarts.",
             command="rallypoint.agent.cli:status",
+        ),
+        CliCommand(
+            name="warm",
+            summary="List or stop this user's kept warm processes (agent.preload_keep).",
+            command="rallypoint.agent.warm.cli:warm",
         ),
     ]

@@ -158,6 +158,7 @@ class _Connection:
         self, modules: Sequence[str], env: Mapping[str, str], python: str, pdeathsig: bool, keep: float = 0.0
     ) -> None:
         self.modules = list(modules)
+        self.pdeathsig = pdeathsig
         self.sock: socket.socket | None = None
         self.popen: subprocess.Popen[bytes] | None = None
         #: The warm process's pid (``None`` until known: a kept one is found or started by the reader).
@@ -227,11 +228,11 @@ class _Connection:
         try:
             directory = kept.secure_runtime_dir()
             key = kept.reuse_key(python, self.modules, env)
+            path = kept.socket_path(directory, key)
         except (OSError, kept.KeepDirectoryError) as exc:
             print(f"rallypoint: agent.preload_keep: {exc}", file=sys.stderr, flush=True)
-            sock = self._start(python, env, True)
+            sock = self._start(python, env, self.pdeathsig)
             return sock, _server.recv(sock)
-        path = kept.socket_path(directory, key)
         with kept.key_lock(directory, key, READY_TIMEOUT) as locked:
             found = self._hello(path) if locked else None
             if found is not None:

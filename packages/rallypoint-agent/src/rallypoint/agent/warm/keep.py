@@ -43,6 +43,7 @@ PROTOCOL = 2
 VOLATILE_ENV = frozenset({"PWD", "OLDPWD", "SHLVL", "_"})
 #: Seconds to wait for a kept warm process to answer ``hello``, ``info`` or ``stop``.
 ANSWER_TIMEOUT = 10.0
+_MAX_SOCKET_PATH = 108  # sun_path, with its terminating NUL
 
 
 class KeepDirectoryError(RallypointError):
@@ -129,8 +130,18 @@ def reuse_key(python: str, modules: Sequence[str], env: Mapping[str, str]) -> st
 
 
 def socket_path(directory: Path, key: str) -> Path:
-    """Where the kept warm process of ``key`` listens."""
-    return directory / f"warm-{key}.sock"
+    """Where the kept warm process of ``key`` listens.
+
+    Raises:
+        KeepDirectoryError: the path is too long for a Unix socket (108 bytes on Linux).
+    """
+    path = directory / f"warm-{key}.sock"
+    if len(os.fsencode(path)) >= _MAX_SOCKET_PATH:
+        raise KeepDirectoryError(
+            f"{path} is too long for a Unix socket; the warm process is not kept. Set XDG_RUNTIME_DIR to a "
+            "shorter directory of your own"
+        )
+    return path
 
 
 @contextlib.contextmanager
