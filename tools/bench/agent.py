@@ -25,17 +25,27 @@ for both sides):
 * P1w, whole command with warm workers: P1's job with ``--preload torch`` on our side (one warm
   process per node imports torch once, while the rendezvous runs, and forks both workers)
   against the same ``torchrun`` command. Target <= 0.3x.
+* P1k, whole command with a kept warm process: P1w with ``--preload-keep 10m`` on our side, and
+  one unmeasured priming run before the comparison, so that every measured command finds the
+  warm process (torch imported) left by the previous one and only forks the workers: the steady
+  state of a node that ran a job in the last 10 minutes. The first run on a node costs P1w. It
+  uses a runtime directory of its own (``XDG_RUNTIME_DIR``), checks that one warm process served
+  every round, and stops it at the end. Target <= 0.3x (P1w's).
 * P3b, restart of a job that imports torch: ``restart_torch.py`` imports torch, runs
   ``init_process_group("gloo")`` and one checked ``all_reduce`` (its first training step), then
   records ``time.time()``. On attempt 0 rank 1, once both ranks stepped, records ``time.time()``
   and SIGKILLs itself; a sample is ``max(first step of the attempt-1 workers) - kill time``: the
   whole restart as a job sees it (detection, stop, re-rendezvous, start, torch import, process
   group). Ours runs with ``--preload torch`` (restarted workers are forked, no new import),
-  both with ``--max-restarts 1`` and a 0.1 s monitor interval. Target <= 0.2x.
+  both with ``--max-restarts 1`` and a 0.1 s monitor interval. Target <= 0.2x. A run still
+  going after ``--p3b-timeout`` seconds (60 by default; torchrun's restarted gloo workers
+  sometimes hang) is killed with every process under it, listed as ``torchrun hung (60 s)``
+  and excluded, not repeated; the medians are over the other rounds, and the table says how
+  many runs of each side were excluded.
 
 Run from the repository root:
 
-    .venv/bin/python tools/bench/agent.py --rounds 5          # P1, P3, P8, P1w and P3b
+    .venv/bin/python tools/bench/agent.py --rounds 5          # P1, P3, P8, P1w, P1k and P3b
     .venv/bin/python tools/bench/agent.py --only p3           # one measure
     .venv/bin/python tools/bench/agent.py --smoke --only p1   # CI: 1 warm-up, 2 rounds
 
@@ -67,6 +77,7 @@ from tools.bench.harness import (
     BenchmarkError,
     Command,
     Comparison,
+    Stats,
     bench_parser,
     compare,
     ensure_bytecode,
@@ -75,17 +86,22 @@ from tools.bench.harness import (
     format_ratio,
     format_report,
     ratio_line,
+    schedule,
     settings_from_args,
 )
 
-MEASURES = ("p1", "p3", "p8", "p1w", "p3b")
-TARGETS = {"p1": 0.6, "p3": 0.5, "p8": 0.3, "p1w": 0.3, "p3b": 0.2}
+MEASURES = ("p1", "p3", "p8", "p1w", "p1k", "p3b")
+TARGETS = {"p1": 0.6, "p3": 0.5, "p8": 0.3, "p1w": 0.3, "p1k": 0.3, "p3b": 0.2}
 LABELS = ("rallypoint", "torch")
 #: Seconds one launcher command may take before it is killed and the benchmark fails.
 COMMAND_TIMEOUT = 120.0
 #: P3b: how many times a run whose restart failed is repeated for one sample (each one is reported).
 #: torchrun's restarted gloo workers failed or hung in about half the runs on the loaded machine.
 P3B_RETRIES = 5
+#: P3b: seconds one run may take; a run past it (a hung restart) is killed and excluded, and counted.
+P3B_TIMEOUT = 60.0
+#: P1k: how long the kept warm process stays after each run (longer than the whole measure).
+P1K_KEEP = "10m"
 #: How often P8 reads the agent's /proc/<pid>/status.
 MEMORY_POLL = 0.02
 #: Environment for both sides: loopback only, no stray settings from the caller's shell.
@@ -220,22 +236,52 @@ def _tail(text: bytes | str | None, lines: int = 10) -> str:
     return "\n  ".join((text or "").strip().splitlines()[-lines:])
 
 
-def _run(argv: Sequence[str], cwd: str, env: dict[str, str], what: str) -> None:
+class Hung(BenchmarkError):
+    """A launcher command ran past its timeout; it and every process under it were killed."""
+
+    def __init__(self, message: str, seconds: float) -> None:
+        super().__init__(message)
+        self.seconds = seconds
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every process under ``pid`` (whatever session or group it moved to), from /proc."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                stat = Path(f"/proc/{entry}/stat").read_text()
+                children.setdefault(int(stat.rsplit(")", 1)[1].split()[1]), []).append(int(entry))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def _kill_tree(proc: subprocess.Popen[bytes]) -> None:
+    """SIGKILL ``proc`` and everything under it (a hung torchrun leaves workers holding the port)."""
+    for pid in [*_descendants(proc.pid), proc.pid]:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    proc.wait()
+
+
+def _run(argv: Sequence[str], cwd: str, env: dict[str, str], what: str, timeout: float = COMMAND_TIMEOUT) -> None:
+    proc = subprocess.Popen(
+        list(argv), cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
     try:
-        proc = subprocess.run(
-            list(argv),
-            cwd=cwd,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            timeout=COMMAND_TIMEOUT,
-            check=False,
-        )
+        stdout, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired as exc:
-        raise BenchmarkError(f"{what}: {_describe(argv)} took longer than {COMMAND_TIMEOUT:g}s") from exc
+        _kill_tree(proc)
+        raise Hung(f"{what}: {_describe(argv)} took longer than {timeout:g}s", timeout) from exc
+    finally:
+        if proc.poll() is None:  # interrupted
+            _kill_tree(proc)
     if proc.returncode != 0:
-        output = proc.stdout.decode(errors="replace") if isinstance(proc.stdout, bytes) else proc.stdout or ""
+        output = stdout.decode(errors="replace") if isinstance(stdout, bytes) else stdout or ""
         errors = [
             line.strip()
             for line in output.splitlines()
@@ -243,7 +289,7 @@ def _run(argv: Sequence[str], cwd: str, env: dict[str, str], what: str) -> None:
         ]
         cause = f"; the last error line: {errors[-1]}" if errors else ""
         raise BenchmarkError(
-            f"{what}: {_describe(argv)} exited with {proc.returncode}{cause}; last lines:\n  {_tail(proc.stdout)}"
+            f"{what}: {_describe(argv)} exited with {proc.returncode}{cause}; last lines:\n  {_tail(stdout)}"
         )
 
 
@@ -320,10 +366,6 @@ def measure_p1(args: argparse.Namespace, workdir: str) -> Comparison:
     return _measure(args, "P1", a, b, title="P1 agent: whole command, spawn to exit", details=details)
 
 
-def _harness(settings: dict[str, int]) -> dict[str, int]:
-    return {"rounds": settings["rounds"], "warmup": settings["warmup"]}
-
-
 def _measure(
     args: argparse.Namespace,
     name: str,
@@ -337,14 +379,14 @@ def _measure(
     report: Callable[..., str] = format_report,
 ) -> Comparison:
     """Compare the two sides with the command line's settings and print the measure's table."""
-    extra = {"clock": clock} if clock is not None else {}
     comparison = compare(
         a,
         b,
         labels=LABELS,
         progress=_progress(args.verbose, name, unit),
-        **extra,
-        **_harness(settings_from_args(args)),
+        clock=clock if clock is not None else time.perf_counter,
+        rounds=settings_from_args(args)["rounds"],
+        warmup=settings_from_args(args)["warmup"],
     )
     print(report(comparison, title=title, details=details), flush=True)
     return comparison
@@ -375,8 +417,11 @@ class RestartSide:
         mark: str = "first",
         retries: int = 0,
         notes: list[str] | None = None,
+        timeout: float = COMMAND_TIMEOUT,
     ) -> None:
         self.argv = argv
+        self.timeout = timeout
+        self.hung = 0  # runs that ran past the timeout (P3b: excluded, counted)
         self.workdir = workdir
         self.clock = clock
         self.name = name
@@ -390,15 +435,26 @@ class RestartSide:
                 self.clock.now += self.run_once()
                 return
             except BenchmarkError as exc:
-                if attempt == self.retries:
-                    raise
+                if attempt == self.retries or (isinstance(exc, Hung) and self.mark == "step"):
+                    raise  # P3b: a hung run is not repeated, sample() excludes it
                 self.notes.append(f"  repeated a failed {self.name} run: {_failure_reason(str(exc))}")
+
+    def sample(self, where: str) -> float | None:
+        """One sample (failed runs repeated as by a call), or ``None`` when the run hung: excluded, noted."""
+        before = self.clock.now
+        try:
+            self()
+        except Hung as exc:
+            self.hung += 1
+            self.notes.append(f"  {where}: {self.name} hung ({exc.seconds:g} s), killed, excluded")
+            return None
+        return self.clock.now - before
 
     def run_once(self) -> float:
         out = tempfile.mkdtemp(prefix="out-", dir=self.workdir)
         what = "P3" if self.mark == "first" else "P3b"
         try:
-            _run(self.argv, self.workdir, _environ({"RP_BENCH_OUT": out}), f"{what} {self.name}")
+            _run(self.argv, self.workdir, _environ({"RP_BENCH_OUT": out}), f"{what} {self.name}", self.timeout)
             files = {p.name: p for p in Path(out).iterdir()}
             expected = {"started-0-0", "started-0-1", "kill", f"{self.mark}-1-0", f"{self.mark}-1-1"}
             if set(files) != expected:
@@ -475,6 +531,57 @@ def measure_p1w(args: argparse.Namespace, workdir: str) -> Comparison:
     )
 
 
+def _kept_pids(env: dict[str, str]) -> list[int]:
+    """The pids of the kept warm processes in ``env``'s runtime directory (``rallypoint warm list``)."""
+    listed = subprocess.run(
+        [find_executable("rallypoint"), "warm", "list", "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=COMMAND_TIMEOUT,
+        check=True,
+    )
+    return sorted(int(json.loads(line)["pid"]) for line in listed.stdout.splitlines() if line.strip())
+
+
+def measure_p1k(args: argparse.Namespace, workdir: str) -> Comparison:
+    (Path(workdir) / "trivial.py").write_text(TRIVIAL)
+    ours, theirs = _launchers("trivial.py", preload=True)
+    ours = [*ours[:-1], "--preload-keep", P1K_KEEP, ours[-1]]
+    runtime = tempfile.mkdtemp(prefix="rpk-")  # its own kept warm process; a short path (a Unix socket's)
+    env = {**_environ(), "XDG_RUNTIME_DIR": runtime}
+    a = Command(ours, env=env, inherit_env=False, cwd=workdir, timeout=COMMAND_TIMEOUT)
+    b = Command(theirs, env=_environ(), inherit_env=False, cwd=workdir, timeout=COMMAND_TIMEOUT)
+    try:
+        _run(ours, workdir, env, "P1k priming run")  # starts the warm process: this first run costs P1w
+        kept = _kept_pids(env)
+        if len(kept) != 1:
+            raise BenchmarkError(f"P1k: the priming run left {len(kept)} kept warm process(es), expected 1")
+        details = [
+            "trivial.py: init_process_group('gloo'), one all_reduce (checked), destroy_process_group()",
+            f"A rallypoint: {a.describe()}",
+            f"B torch:      {b.describe()}",
+            f"steady state of a node that ran a job in the last {P1K_KEEP}: every measured command finds the warm",
+            f"  process (pid {kept[0]}, torch imported) kept by an unmeasured priming run and forks both workers from",
+            "  it; the first run on a node costs what P1w measures",
+        ]
+        comparison = _measure(
+            args,
+            "P1k",
+            a,
+            b,
+            title="P1k agent: whole command with the warm process kept from a previous run, spawn to exit",
+            details=details,
+        )
+        if _kept_pids(env) != kept:
+            raise BenchmarkError(f"P1k: the kept warm process {kept[0]} was replaced while measuring")
+        return comparison
+    finally:
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            subprocess.run([find_executable("rallypoint"), "warm", "stop"], env=env, capture_output=True, timeout=30)
+        shutil.rmtree(runtime, ignore_errors=True)
+
+
 def _without_preload(args: argparse.Namespace, workdir: str, notes: list[str]) -> str:
     """Our P3b without ``--preload`` (report only, before the comparison): what the warm process saves."""
     plain, _ = _launchers("restart_torch.py", restarts=True)
@@ -482,14 +589,42 @@ def _without_preload(args: argparse.Namespace, workdir: str, notes: list[str]) -
     side = RestartSide(
         plain, workdir, clock, "rallypoint without --preload", mark="step", retries=P3B_RETRIES, notes=notes
     )
-    samples = []
-    for _ in range(settings_from_args(args)["rounds"]):
-        before = clock.now
-        side()
-        samples.append(clock.now - before)
-    return (
-        f"report only, rallypoint without --preload (median of {len(samples)}, run before the comparison): "
-        f"{format_duration(statistics.median(samples))}"
+    side.timeout = args.p3b_timeout
+    rounds = settings_from_args(args)["rounds"]
+    samples = [x for i in range(rounds) if (x := side.sample(f"report-only run {i}")) is not None]
+    median = format_duration(statistics.median(samples)) if samples else "every run hung"
+    return f"report only, rallypoint without --preload (median of {len(samples)}, run before the comparison): {median}"
+
+
+def _compare_excluding_hung(args: argparse.Namespace, a: RestartSide, b: RestartSide) -> Comparison:
+    """:func:`compare`'s alternation, but a run that hung gives no sample (it is noted and counted)."""
+    settings = settings_from_args(args)
+    sides = {"a": a, "b": b}
+    for i, (first, second) in enumerate(schedule(settings["warmup"])):
+        sides[first].sample(f"warm-up {i}")
+        sides[second].sample(f"warm-up {i}")
+    samples: dict[str, list[float]] = {"a": [], "b": []}
+    order: list[str] = []
+    progress = _progress(args.verbose, "P3b", format_duration)
+    for i, pair in enumerate(schedule(settings["rounds"], start=settings["warmup"])):
+        for key in pair:
+            value = sides[key].sample(f"round {i}")
+            if value is None:
+                continue
+            samples[key].append(value)
+            order.append(key)
+            if progress is not None:
+                progress(i, LABELS[0 if key == "a" else 1], value)
+    for key, side in sides.items():
+        if not samples[key]:
+            raise BenchmarkError(f"P3b: every {side.name} run hung (> {side.timeout:g} s); nothing to compare")
+    return Comparison(
+        labels=LABELS,
+        a=Stats(tuple(samples["a"])),
+        b=Stats(tuple(samples["b"])),
+        warmup=settings["warmup"],
+        rounds=settings["rounds"],
+        order=tuple(order),
     )
 
 
@@ -498,8 +633,9 @@ def measure_p3b(args: argparse.Namespace, workdir: str) -> Comparison:
     ours, theirs = _launchers("restart_torch.py", restarts=True, preload=True)
     clock = VirtualClock()
     notes: list[str] = []
-    a = RestartSide(ours, workdir, clock, "rallypoint", mark="step", retries=P3B_RETRIES, notes=notes)
-    b = RestartSide(theirs, workdir, clock, "torch", mark="step", retries=P3B_RETRIES, notes=notes)
+    hang = args.p3b_timeout
+    a = RestartSide(ours, workdir, clock, "rallypoint", mark="step", retries=P3B_RETRIES, notes=notes, timeout=hang)
+    b = RestartSide(theirs, workdir, clock, "torchrun", mark="step", retries=P3B_RETRIES, notes=notes, timeout=hang)
     details = [
         "restart_torch.py: import torch, init_process_group('gloo'), one all_reduce (the first step), time.time();",
         "  attempt 0: rank 1 SIGKILLs itself once both ranks stepped; attempt 1: record the first step, exit 0",
@@ -507,18 +643,15 @@ def measure_p3b(args: argparse.Namespace, workdir: str) -> Comparison:
         f"B torch:      {_describe(theirs)}",
         "sample: max(first step of the attempt-1 workers) - time.time() just before os.kill",
         _without_preload(args, workdir, notes),
-        f"a run whose restart fails is repeated ({P3B_RETRIES} times at most; each one listed below, none counted):",
+        f"a run whose restart fails is repeated ({P3B_RETRIES} times at most); a run still going after {hang:g} s "
+        "is killed with its workers and excluded (not repeated); each one listed below:",
     ]
-    details_and_notes = _Joined(details, notes)
-    return _measure(
-        args,
-        "P3b",
-        a,
-        b,
-        clock=clock,
-        title="P3b agent: restart of a torch job, SIGKILL to every new worker's first step",
-        details=details_and_notes,
-    )
+    comparison = _compare_excluding_hung(args, a, b)
+    counts = f"hung runs excluded: {a.name} {a.hung}, {b.name} {b.hung} (samples: {len(comparison.a.samples)} and "
+    counts += f"{len(comparison.b.samples)} of {comparison.rounds} rounds)"
+    title = "P3b agent: restart of a torch job, SIGKILL to every new worker's first step"
+    print(format_report(comparison, title=title, details=[*_Joined(details, notes), counts]), flush=True)
+    return comparison
 
 
 # ------------------------------------------------------------------------------------------------
@@ -654,7 +787,9 @@ def _parse_only(text: str) -> tuple[str, ...]:
     chosen = tuple(dict.fromkeys(s.strip().lower() for s in text.split(",") if s.strip()))
     bad = [s for s in chosen if s not in MEASURES]
     if not chosen or bad:
-        raise argparse.ArgumentTypeError(f"--only wants p1, p3, p8, p1w and/or p3b (comma-separated), got {text!r}")
+        raise argparse.ArgumentTypeError(
+            f"--only wants p1, p3, p8, p1w, p1k and/or p3b (comma-separated), got {text!r}"
+        )
     return chosen
 
 
@@ -664,11 +799,18 @@ def main(argv: list[str] | None = None) -> int:
         "--only",
         type=_parse_only,
         default=MEASURES,
-        metavar="p1|p3|p8|p1w|p3b",
-        help="measure only these (comma-separated; default all five, in the order p1, p3, p8, p1w, p3b)",
+        metavar="p1|p3|p8|p1w|p1k|p3b",
+        help="measure only these (comma-separated; default all six, in the order p1, p3, p8, p1w, p1k, p3b)",
     )
     parser.add_argument(
         "--sleep", type=float, default=2.0, metavar="S", help="P8: seconds each worker sleeps (default 2)"
+    )
+    parser.add_argument(
+        "--p3b-timeout",
+        type=float,
+        default=P3B_TIMEOUT,
+        metavar="S",
+        help=f"P3b: a run still going after S seconds is killed and excluded (default {P3B_TIMEOUT:g})",
     )
     args = parser.parse_args(argv)
     if args.number != 1:
@@ -676,8 +818,9 @@ def main(argv: list[str] | None = None) -> int:
     trees = ensure_bytecode()
     print(f"(compiled {trees} rallypoint source trees to bytecode first, as an installed wheel has them)")
     measures = {"p1": measure_p1, "p3": measure_p3, "p8": measure_p8, "p1w": measure_p1w, "p3b": measure_p3b}
+    measures["p1k"] = measure_p1k
     units = {"p1": format_duration, "p3": format_duration, "p8": format_mib, "p1w": format_duration}
-    units["p3b"] = format_duration
+    units["p1k"] = units["p3b"] = format_duration
     results: dict[str, Comparison] = {}
     workdir = tempfile.mkdtemp(prefix="rp-bench-agent-")
     try:
