@@ -143,12 +143,13 @@ def test_a_changed_module_is_never_run_from_a_kept_process(runtime: Path, lib: P
 
 
 def test_a_kept_process_ends_after_keep_seconds_without_agents(runtime: Path, lib: Path, tmp_path: Path) -> None:
-    warm = launcher(lib, seconds=1.0)
+    warm = launcher(lib, seconds=2.0)
     run_job(warm, lib, tmp_path / "1.json")
     pid = warm.pid
     warm.close()
     assert pid is not None
     assert alive(pid)
+    assert wait_until(lambda: not keep.kept_servers(), 10.0)  # asked about every 20 ms: that does not keep it
     assert wait_until(lambda: not alive(pid), 10.0)
     assert not list((runtime / "rallypoint").glob("*.sock"))  # it removed its socket
 

@@ -321,8 +321,9 @@ def peer_uid(sock: socket.socket) -> int:
 class _Conn:
     """One agent's connection and the workers forked for it."""
 
-    def __init__(self, sock: socket.socket) -> None:
+    def __init__(self, sock: socket.socket, agent: bool) -> None:
         self.sock = sock
+        self.agent = agent  # an agent's (hello or spawn), not a query's (info, stop): its end restarts the idle clock
         self.live: set[int] = set()  # forked, exit not reported yet
         self.zombies: set[int] = set()  # exit reported, not reaped yet
 
@@ -348,10 +349,10 @@ class Server:
         self.files = module_files() if keep > 0 else {}
         self.started = time.time()
         self.idle_since = time.monotonic()
-        self._add(sock)
+        self._add(sock, agent=True)
 
-    def _add(self, sock: socket.socket) -> None:
-        conn = _Conn(sock)
+    def _add(self, sock: socket.socket, agent: bool = False) -> None:
+        conn = _Conn(sock, agent)
         self.conns[sock] = conn
         self.selector.register(sock, selectors.EVENT_READ, conn)
 
@@ -426,7 +427,7 @@ class Server:
                 os.waitpid(pid, 0)
         conn.live.clear()
         conn.zombies.clear()
-        if not self.conns:
+        if conn.agent and not self.conns:
             self.idle_since = time.monotonic()
 
     def tell(self, conn: _Conn, message: dict[str, Any]) -> None:
@@ -449,6 +450,7 @@ class Server:
     def handle(self, conn: _Conn, message: dict[str, Any], fds: list[int]) -> None:
         """Act on one request from an agent."""
         op = message.get("op")
+        conn.agent = conn.agent or op in ("hello", "spawn")
         if op == "spawn" and len(fds) == 2:
             why = self.stale()
             if why is None:
