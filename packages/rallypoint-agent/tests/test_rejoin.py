@@ -61,19 +61,23 @@ class Outage:
     Args:
         inner: the backend that answers when the link is up.
         error: the error type raised while it is down (a state error: the run's state is gone).
+        only: fail only the calls on keys that start with this (``"hb/"``: heartbeats alone).
     """
 
     supports_ttl = True
 
-    def __init__(self, inner: RendezvousBackend, error: type[Exception] = RendezvousBackendError) -> None:
+    def __init__(
+        self, inner: RendezvousBackend, error: type[Exception] = RendezvousBackendError, *, only: str = ""
+    ) -> None:
         self.inner = inner
         self.run_id = inner.run_id
         self.error = error
+        self.only = only  # fail only the calls on keys starting with this ("": every call)
         self.down = threading.Event()
         self.failed_calls = 0
 
     def _call(self, name: str, *args: Any, **kwargs: Any) -> Any:
-        if self.down.is_set():
+        if self.down.is_set() and str(args[0]).startswith(self.only):
             self.failed_calls += 1
             time.sleep(0.02)  # a network error takes a moment
             raise self.error(f"rendezvous server 10.9.8.7:29400 is unreachable ({name}, injected)")
@@ -263,6 +267,22 @@ def test_a_node_whose_link_never_heals_fails_after_the_join_timeout_naming_the_e
     assert not alive(starts(tmp_path)[0]["pid"])
 
 
+def test_a_node_whose_heartbeat_alone_cannot_be_written_fails_after_the_join_timeout(tmp_path: Path) -> None:
+    """The backend answers everything but this node's heartbeat: no endless drop-and-rejoin cycle."""
+    short = RendezvousTimeouts(join=2, last_call=0, close=5, heartbeat_interval=0.1, heartbeat_timeout=0.5)
+    run_id = f"nobeat-{uuid.uuid4().hex[:8]}"
+    link = Outage(MemoryBackend(run_id), only="hb/")
+    node = start(link, 1, tmp_path, nodes=(1, 1), timeouts=short)
+    wait_for(lambda: bool(starts(tmp_path)), "the worker started", [node])
+    link.down.set()
+    result = node.wait(timeout=30)
+    out = node.output()
+    assert result.exit_code == 1, out
+    assert result.rejoins == 0, out
+    assert len(starts(tmp_path)) == 1, f"the node ran workers again while its heartbeat failed:\n{out}"
+    assert "this node fails: it could not rejoin the job" in out.splitlines()[-1], out
+
+
 def test_a_rendezvous_whose_state_is_gone_fails_the_node_without_rejoining(tmp_path: Path) -> None:
     run_id = f"gone-{uuid.uuid4().hex[:8]}"
     link = Outage(MemoryBackend(run_id), error=RendezvousStateError)
@@ -288,8 +308,13 @@ def test_rejoin_retries_with_backoff_until_the_join_timeout() -> None:
     now = [100.0]
     waits: list[float] = []
 
+    class Io:
+        def heartbeat(self) -> None:
+            raise RendezvousBackendError("no route to host")
+
     class Unreachable:
         timeouts = RendezvousTimeouts(join=10)
+        io = Io()
         cleared = 0
 
         def clear_failure(self) -> None:

@@ -319,6 +319,8 @@ def rendezvous_endpoint(plan: RendezvousPlan) -> str:
     record = plan.record
     option = record.endpoint_option
     value = getattr(plan.backend.options, option, None) if option else None
+    if isinstance(value, list | tuple):  # several endpoints (etcd's cluster members)
+        value = ", ".join(str(v) for v in value)
     return f"{record.name!r} backend at {value}" if value else f"{record.name!r} backend"
 
 

@@ -9,10 +9,12 @@ the round it runs is over, opened anew because of its missing heartbeat.
 
 Like a lost peer host (:mod:`rallypoint.agent.peers`), this is a membership change, not a worker
 failure: the agent stops its workers (they belong to a round it is no longer part of), counts
-no restart, says how long it lost the rendezvous, and joins the next round. While the backend
-still does not answer, :func:`rejoin` retries with backoff; once ``join_timeout`` has passed
-since the node started rejoining it gives up (:class:`RejoinTimedOut`) and the agent fails,
-naming the backend's endpoint and how long it tried.
+no restart, says how long it lost the rendezvous, and joins the next round once its heartbeat
+can be written again. While the backend does not answer, :func:`rejoin` retries with backoff;
+once ``join_timeout`` has passed since the node started rejoining it gives up
+(:class:`RejoinTimedOut`) and the agent fails, naming the backend's endpoint and how long it
+tried. A backend that answers every call but this node's heartbeat fails the same way (after
+the join timeout), rather than dropping the node from every round it joins.
 
 Only an unreachable backend is ridden out: a rendezvous whose state is gone or corrupt (a
 :class:`~rallypoint.rendezvous.errors.RendezvousStateError`, e.g. a deleted run directory)
@@ -135,6 +137,9 @@ def rejoin(
         handler.clear_failure()
         attempts += 1
         try:
+            # first its own heartbeat: a node whose heartbeats still cannot be written would be
+            # dropped again from every round it joins
+            handler.io.heartbeat()
             return handler.next_rendezvous()
         except (RendezvousBackendError, RendezvousHeartbeatError) as exc:
             if not lost_contact(exc):
