@@ -264,7 +264,7 @@ def test_warm_list_and_stop(runtime: Path, lib: Path, tmp_path: Path) -> None:
     (info,) = [json.loads(line) for line in listed.output.splitlines()]
     assert info["pid"] == pid
     assert info["modules"] == ["keepmod"]
-    assert info["agents"] == 1
+    assert info["agents"] == 0  # the query is not an agent
     # a job still running keeps its warm process until it ends; no new job is taken
     busy = launcher(lib)
     env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(lib), "OUT": str(tmp_path / "2.json")}

@@ -482,7 +482,7 @@ class Server:
             "modules": self.modules,
             "keep": self.keep,
             "started": self.started,
-            "agents": len(self.conns),
+            "agents": sum(1 for conn in self.conns.values() if conn.agent),  # not who asks
             "workers": len(self.pidfds),
             "accepting": self.listener is not None,
         }

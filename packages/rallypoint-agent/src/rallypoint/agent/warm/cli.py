@@ -53,7 +53,7 @@ def stop(pids: tuple[int, ...]) -> int:
 
     stopped = stop_kept(pids)
     for info in stopped:
-        busy = int(info.get("agents", 1)) - 1  # less the connection that asked
+        busy = int(info.get("agents", 0))
         after = f"after its {busy} running job(s)" if busy > 0 else "now"
         click.echo(f"stopping warm process {info.get('pid')} ({', '.join(info.get('modules', []))}): exits {after}")
     if not stopped:
