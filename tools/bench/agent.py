@@ -647,7 +647,8 @@ def measure_p3b(args: argparse.Namespace, workdir: str) -> Comparison:
         "is killed with its workers and excluded (not repeated); each one listed below:",
     ]
     comparison = _compare_excluding_hung(args, a, b)
-    counts = f"hung runs excluded: {a.name} {a.hung}, {b.name} {b.hung} (samples: {len(comparison.a.samples)} and "
+    counts = f"hung runs excluded (warm-up included): {a.name} {a.hung}, {b.name} {b.hung} (samples: "
+    counts += f"{len(comparison.a.samples)} and "
     counts += f"{len(comparison.b.samples)} of {comparison.rounds} rounds)"
     title = "P3b agent: restart of a torch job, SIGKILL to every new worker's first step"
     print(format_report(comparison, title=title, details=[*_Joined(details, notes), counts]), flush=True)
