@@ -313,7 +313,7 @@ def test_rejoin_retries_with_backoff_until_the_join_timeout() -> None:
             raise RendezvousBackendError("no route to host")
 
     class Unreachable:
-        timeouts = RendezvousTimeouts(join=10)
+        timeouts = RendezvousTimeouts(join=10, heartbeat_interval=3, heartbeat_timeout=10)
         io = Io()
         cleared = 0
 
@@ -330,8 +330,9 @@ def test_rejoin_retries_with_backoff_until_the_join_timeout() -> None:
     handler = Unreachable()
     with pytest.raises(RejoinTimedOut) as info:
         rejoin(handler, Lost(0, 99.0, 100.0, "its workers were stopped"), clock=lambda: now[0], sleep=sleep)  # type: ignore[arg-type]
-    assert waits == [0.5, 1.0, 2.0, 4.0, 2.5]  # doubled up to the rest of the join timeout
-    assert (info.value.attempts, info.value.seconds, handler.cleared) == (6, 10.0, 6)
+    # doubled up to the heartbeat interval, the last wait cut to the rest of the join timeout
+    assert waits == [0.5, 1.0, 2.0, 3.0, 3.0, 0.5]
+    assert (info.value.attempts, info.value.seconds, handler.cleared) == (7, 10.0, 7)
     assert str(info.value.error) == "no route to host"
 
 

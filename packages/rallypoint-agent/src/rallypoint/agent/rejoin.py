@@ -49,7 +49,8 @@ __all__ = [
 
 #: The first wait between two tries of an unreachable backend, in seconds (doubled after each try).
 INITIAL_BACKOFF = 0.5
-#: The longest wait between two tries, in seconds.
+#: The longest wait between two tries, in seconds; shorter with a shorter ``heartbeat_interval``
+#: (a node that rejoins tries no more often than its heartbeat would have written).
 MAX_BACKOFF = 5.0
 
 
@@ -131,7 +132,8 @@ def rejoin(
     from rallypoint.rendezvous.errors import RendezvousBackendError, RendezvousHeartbeatError
 
     deadline = lost.started + handler.timeouts.join
-    delay = INITIAL_BACKOFF
+    longest = min(MAX_BACKOFF, max(0.1, handler.timeouts.heartbeat_interval))
+    delay = min(INITIAL_BACKOFF, longest)
     attempts = 0
     while True:
         handler.clear_failure()
@@ -149,7 +151,7 @@ def rejoin(
         if left <= 0:
             raise RejoinTimedOut(attempts, clock() - lost.started, error)
         sleep(min(delay, left))
-        delay = min(2 * delay, MAX_BACKOFF)
+        delay = min(2 * delay, longest)
 
 
 # -- what the agent says ------------------------------------------------------------------------
