@@ -41,6 +41,16 @@ class LivenessTracker:
         """Drop what is known about ``node_id``."""
         self._seen.pop(node_id, None)
 
+    def clear(self) -> None:
+        """Drop every observation (a new rendezvous attempt, or a new round, starts afresh).
+
+        A value observed in an earlier round may be the last beat of a node that was since
+        restarted under the same id: the new incarnation's first beat comes one heartbeat
+        interval after it starts joining, so judging it by the old value's age would take it
+        for dead at once.
+        """
+        self._seen.clear()
+
 
 def ring_successors(ids: Sequence[str], me: str, k: int = 2) -> tuple[str, ...]:
     """The (up to) ``k`` nodes after ``me`` in the ring ``ids``; each node watches those."""

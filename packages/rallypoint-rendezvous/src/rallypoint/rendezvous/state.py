@@ -29,6 +29,8 @@ The protocol, per round ``r``:
 * Liveness: each node watches the heartbeat records of its two successors in the ring of
   members. A peer whose record has not changed for ``heartbeat_timeout`` of the observer's own
   monotonic time is dead (:class:`LivenessTracker`); no two hosts' clocks are ever compared.
+  Observations start afresh with each attempt and each completed round: a record's value from
+  an earlier round may be the last beat of a node since restarted under the same id.
 * Closing sets ``closed`` in the header: the job is over for everyone (a node that merely leaves
   does not close the rendezvous).
 
@@ -161,6 +163,7 @@ class RendezvousStateMachine:
         """
         self.join_deadline = now + self.settings.timeouts.join
         self._next_check = now + self.settings.timeouts.heartbeat_interval
+        self.liveness.clear()  # observations of the running round say nothing of this attempt's joiners
 
     def set_ticket(self, ticket: int) -> None:
         """Give this node its arrival ticket (from an atomic add, once per incarnation)."""
@@ -286,6 +289,7 @@ class RendezvousStateMachine:
         self.last_rank = rank
         self.last_header = header
         self.join_deadline = float("inf")
+        self.liveness.clear()  # a member may be a new incarnation whose first beat is still to come
         for r in [r for r in self._written if r <= header.round]:
             del self._written[r]
         self._min_seen_at.clear()
