@@ -45,6 +45,7 @@ d = sys.argv[1]
 with open(os.path.join(d, "starts.jsonl"), "a") as f:
     f.write(json.dumps({"node": os.environ["NODE"], "world": int(os.environ["WORLD_SIZE"]),
                         "restart": int(os.environ["TORCHELASTIC_RESTART_COUNT"]), "pid": os.getpid(),
+                        "round": int(os.environ["RALLYPOINT_ROUND"]),
                         "t": time.time()}) + "\\n")
 while True:
     if os.environ["WORLD_SIZE"] == "2" and os.path.exists(os.path.join(d, "ok")):
@@ -189,12 +190,14 @@ def alive(pid: int) -> bool:
     return True
 
 
-def cut_node1_while_both_train(tmp_path: Path, world1: str) -> tuple[Outage, Node, Node, dict[str, Any]]:
+def cut_node1_while_both_train(
+    tmp_path: Path, world1: str, timeouts1: RendezvousTimeouts = FAST
+) -> tuple[Outage, Node, Node, dict[str, Any]]:
     """Both nodes train in one round; then node 1's link goes down. Returns its last worker start."""
     run_id = f"rejoin-{uuid.uuid4().hex[:8]}"
     link = Outage(MemoryBackend(run_id))
     a = start(MemoryBackend(run_id), 0, tmp_path, nodes=(1, 2), world1=world1)
-    b = start(link, 1, tmp_path, nodes=(1, 2), world1=world1)
+    b = start(link, 1, tmp_path, nodes=(1, 2), world1=world1, timeouts=timeouts1)
     wait_for(lambda: {s["node"] for s in starts(tmp_path) if s["world"] == 2} == {"node0", "node1"}, "world 2", [a, b])
     mine = [s for s in starts(tmp_path) if s["node"] == "node1"][-1]
     link.down.set()
@@ -228,6 +231,25 @@ def test_a_node_cut_off_longer_than_heartbeat_timeout_rejoins_and_the_job_comple
     # the job grew back: both nodes' workers ran in a world of 2 after the link came back
     again = [s for s in starts(tmp_path) if s["t"] > healed]
     assert {(s["node"], s["world"], s["restart"]) for s in again} == {("node0", 2, 0), ("node1", 2, 0)}, out
+
+
+def test_a_node_that_finds_its_round_reopened_without_it_rejoins(tmp_path: Path) -> None:
+    """The link comes back before node 1's own heartbeat gave up, but node 0 dropped it meanwhile."""
+    patient = RendezvousTimeouts(join=20, last_call=0.2, close=5, heartbeat_interval=0.1, heartbeat_timeout=30)
+    link, a, b, before = cut_node1_while_both_train(tmp_path, world1="run", timeouts1=patient)
+    cut = time.time()
+    wait_for(lambda: any(s["world"] == 1 and s["t"] > cut for s in starts(tmp_path)), "node 0 alone", [a, b])
+    (tmp_path / "ok").touch()
+    link.down.clear()
+    ra, rb = a.wait(), b.wait()
+    out = a.output() + b.output()
+    assert (ra.exit_code, rb.exit_code, ra.restarts, rb.restarts) == (0, 0, 0, 0), out
+    assert "restarting the job" not in out
+    line = next(line for line in b.output().splitlines() if "was dropped" in line)
+    assert f"this node was dropped from round {before['round']} (no heartbeat from 'node1')" in line, line
+    assert "no restart counted" in line, line
+    assert not alive(before["pid"])
+    assert {s["node"] for s in starts(tmp_path) if s["world"] == 2 and s["t"] > cut} == {"node0", "node1"}, out
 
 
 def test_the_job_completes_while_the_node_is_cut_off_and_it_exits_0_saying_so(tmp_path: Path) -> None:
