@@ -3,13 +3,27 @@
 Layout under ``<prefix>/[<namespace>/]<run_id>/``::
 
     kv/<key>               one etcd key per rendezvous key; the value is JSON text
+    kv/<key>#<id>          one key per atomic add to <key> (its amount), until <key> is rewritten
     meta/clients/<id>      one key per open client (removed when it closes)
 
-Versions are etcd ``mod_revision`` numbers: they change on every write and are never reused.
-Compare-and-set, conditional delete and atomic add are transactions that compare the key's
+Versions are etcd ``mod_revision`` numbers of ``kv/<key>``: they change on every write and are
+never reused. Compare-and-set and conditional delete are transactions that compare the key's
 ``mod_revision`` (or its absence); ``watch`` and ``watch_prefix`` read the key (or prefix) and
 then watch from the store revision of that read, so no change between the read and the watch is
 missed, and nothing polls.
+
+Atomic add never retries: etcd has no increment, and a read followed by a compare-and-set loses
+to every concurrent adder (with 64 nodes arriving together, each retried about 32 times). An add
+is instead one transaction that writes a new *arrival* key ``kv/<key>#<id>`` holding the amount,
+touches ``kv/<key>`` (a put that keeps its value and lease, so its version changes; created as
+``0`` when absent) and reads ``[kv/<key>, kv/<key>$)``. etcd applies transactions one at a time
+and a read inside one sees its writes, so that read holds every earlier arrival and this one:
+the key's value plus their amounts is the exact sum after this add. Every read of a key reads
+that same range (``#`` and ``$`` are no key characters, so it holds the key and its arrivals
+only) and returns the sum; arrivals older than the key itself (left by a key that expired) do
+not count. ``set``, compare-and-set and ``delete`` remove the arrivals in the same transaction
+that writes the key. An add that finds more than :data:`FOLD_AT` arrivals folds them into the key
+(one compare-and-set, skipped when another write came first).
 
 Key lifetime: every key of the run is attached to one *run lease* of ``key_ttl`` seconds that
 each open client keeps alive. Its id is derived from the run's key prefix, so every client knows
@@ -42,7 +56,7 @@ from typing import Any, TypeVar
 
 from rallypoint.rendezvous.backend import Entry, JSONValue, Version, check_key
 from rallypoint.rendezvous.errors import RendezvousBackendError, RendezvousStateError
-from rallypoint_etcd.client import KV, EtcdClient, EtcdRequestError, LeaseGone, Unavailable
+from rallypoint_etcd.client import KV, EtcdClient, EtcdRequestError, LeaseGone, Unavailable, prefix_end
 from rallypoint_etcd.options import EtcdOptions
 
 __all__ = ["EtcdBackend", "create_etcd_backend"]
@@ -53,6 +67,11 @@ T = TypeVar("T")
 #: The handler's round header (see :mod:`rallypoint.rendezvous.backend`): read at close to learn
 #: whether the job is over.
 _HEADER = "round/header"
+#: Arrival keys of ``kv/<key>`` are ``kv/<key>#<id>``; ``[kv/<key>, kv/<key>$)`` holds the key and
+#: its arrivals and nothing else (``#`` < ``$``, and neither is a key character).
+_ARRIVAL, _END = "#", "$"
+#: An add that reads more arrivals than this folds them into the key.
+FOLD_AT = 256
 _OPEN: weakref.WeakSet[EtcdBackend] = weakref.WeakSet()
 
 
@@ -197,72 +216,111 @@ class EtcdBackend:
                 wait = min(period, 1.0)
 
     # -- protocol ------------------------------------------------------------------------------
-    def _entry(self, kv: KV | None, key: str) -> Entry | None:
-        if kv is None:
-            return None
+    def _load(self, name: str, data: bytes) -> JSONValue:
         try:
-            return Entry(json.loads(kv.value), kv.mod_revision)
+            return json.loads(data)
         except ValueError as exc:
             raise RendezvousStateError(
-                f"etcd key {self._kv + key!r} does not hold JSON ({exc}); something else than rallypoint wrote "
+                f"etcd key {name!r} does not hold JSON ({exc}); something else than rallypoint wrote "
                 f"under {self.base!r}: choose another rendezvous.options.prefix or namespace, or delete those keys"
             ) from exc
 
+    def _entries(self, kvs: Mapping[str, KV]) -> dict[str, tuple[Entry, int]]:
+        """Rendezvous keys to their entries (value plus live arrivals) and number of arrivals read."""
+        n = len(self._kv)
+        bases: dict[str, KV] = {}
+        arrivals: dict[str, list[KV]] = {}
+        for name, kv in kvs.items():
+            key, sep, _ = name[n:].partition(_ARRIVAL)
+            if sep:
+                arrivals.setdefault(key, []).append(kv)
+            else:
+                bases[key] = kv
+        out = {}
+        for key, kv in bases.items():
+            value = self._load(self._kv + key, kv.value)
+            live = [a for a in arrivals.get(key, ()) if a.create_revision >= kv.create_revision]
+            if live and isinstance(value, int) and not isinstance(value, bool):
+                value += sum(int(self._load(self._kv + key, a.value)) for a in live)
+            out[key] = (Entry(value, kv.mod_revision), len(live))
+        return out
+
+    def _read(self, key: str) -> Entry | None:
+        """One key and its arrivals, in one range read."""
+        k = self._kv + key
+        kvs, _ = self._retry(f"read {k}", lambda: self.client.get_range(k, k + _END))
+        found = self._entries(kvs).get(key)
+        return None if found is None else found[0]
+
     def get(self, key: str) -> Entry | None:
         """See :meth:`RendezvousBackend.get`."""
-        k = self._kv + check_key(key)
-        kv, _ = self._retry(f"read {k}", lambda: self.client.get(k))
-        return self._entry(kv, key)
+        return self._read(check_key(key))
 
     def set(self, key: str, value: JSONValue, *, ttl: float | None = None) -> Version:
         """See :meth:`RendezvousBackend.set`."""
         k, data = self._kv + check_key(key), _dump(value)
-        return self._write(f"write {k}", lambda lease: self.client.put(k, data, lease=lease), ttl)
+        clear = (k + _ARRIVAL, k + _END)
+        return self._write(f"write {k}", lambda lease: self.client.put_clear(k, data, lease=lease, clear=clear)[0], ttl)
 
     def compare_and_set(
         self, key: str, value: JSONValue, *, version: Version | None, ttl: float | None = None
     ) -> tuple[bool, Entry | None]:
         """See :meth:`RendezvousBackend.compare_and_set` (one transaction on ``mod_revision``)."""
         k, data = self._kv + check_key(key), _dump(value)
-        ok, kv = self._write(
+        clear = (k + _ARRIVAL, k + _END)
+        rev, current = self._write(
             f"compare-and-set {k}",
-            lambda lease: self.client.put_if(k, data, mod_revision=version, lease=lease),
+            lambda lease: self.client.put_clear(k, data, lease=lease, clear=clear, mod_revision=version),
             ttl,
         )
-        return ok, self._entry(kv, key)
+        if rev:
+            return True, Entry(json.loads(data), rev)
+        found = self._entries(current).get(key)
+        return False, None if found is None else found[0]
 
     def add(self, key: str, amount: int = 1) -> int:
-        """See :meth:`RendezvousBackend.add` (compare-and-set transactions until one wins).
+        """See :meth:`RendezvousBackend.add`: one transaction, whatever other nodes add at the same time.
 
-        The first transaction creates the key if it is absent and otherwise returns it, so a new
-        counter costs one round trip and an existing one two.
+        It writes an arrival key holding ``amount`` and reads the key with its arrivals (see the
+        module's description); sent again after a lost answer, it rewrites the same arrival key.
         """
-        total = int(amount)
-        ok, entry = self.compare_and_set(key, total, version=None)
-        while not ok:
-            base = 0 if entry is None else entry.value
-            if not isinstance(base, int) or isinstance(base, bool):
-                raise TypeError(f"rendezvous key {key!r} holds {base!r}, not an integer; cannot add to it")
-            total = base + int(amount)
-            ok, entry = self.compare_and_set(key, total, version=None if entry is None else entry.version)
-        return total
+        k = self._kv + check_key(key)
+        amount = int(amount)
+        arrival = f"{k}{_ARRIVAL}{uuid.uuid4().hex[:16]}"
+        kvs = self._write(
+            f"add to {k}",
+            lambda lease: self.client.add_arrival(k, arrival, _dump(amount), zero=b"0", lease=lease, end=k + _END),
+            None,
+        )
+        entry, arrivals = self._entries(kvs)[key]
+        if not isinstance(entry.value, int) or isinstance(entry.value, bool):
+            self._retry(f"delete {arrival}", lambda: self.client.delete(arrival))
+            raise TypeError(f"rendezvous key {key!r} holds {entry.value!r}, not an integer; cannot add to it")
+        if arrivals > FOLD_AT:
+            self._fold(key, entry)
+        return int(entry.value)
+
+    def _fold(self, key: str, entry: Entry) -> None:
+        """Replace the key's arrivals by their sum (once; a concurrent write wins, and the next add folds)."""
+        k, data = self._kv + key, _dump(entry.value)
+        clear = (k + _ARRIVAL, k + _END)
+        with contextlib.suppress(RendezvousBackendError):
+            self._write(
+                f"fold the arrivals of {k}",
+                lambda lease: self.client.put_clear(k, data, lease=lease, clear=clear, mod_revision=entry.version),
+                None,
+            )
 
     def delete(self, key: str, *, version: Version | None = None) -> bool:
-        """See :meth:`RendezvousBackend.delete`."""
+        """See :meth:`RendezvousBackend.delete` (the key and its arrivals, in one request)."""
         k = self._kv + check_key(key)
-        return self._retry(f"delete {k}", lambda: self.client.delete(k, mod_revision=version))
+        return self._retry(f"delete {k}", lambda: self.client.delete(k, end=k + _END, mod_revision=version))
 
     def list(self, prefix: str) -> dict[str, Entry]:
         """See :meth:`RendezvousBackend.list` (one range read)."""
         p = self._kv + check_key(prefix, prefix=True)
-        kvs, _ = self._retry(f"list {p}", lambda: self.client.get_prefix(p))
-        n = len(self._kv)
-        out = {}
-        for k, kv in kvs.items():
-            entry = self._entry(kv, k[n:])
-            if entry is not None:
-                out[k[n:]] = entry
-        return out
+        kvs, _ = self._retry(f"list {p}", lambda: self.client.get_range(p, prefix_end(p)))
+        return {key: entry for key, (entry, _) in self._entries(kvs).items()}
 
     def watch(self, key: str, *, version: Version | None, timeout: float) -> bool:
         """See :meth:`RendezvousBackend.watch` (an etcd watch from the revision of the read)."""
@@ -282,7 +340,8 @@ class EtcdBackend:
 
         def read() -> tuple[bool, int]:
             kvs, rev = self.client.get_prefix(p)
-            return {k[n:]: kv.mod_revision for k, kv in kvs.items()} != known, rev
+            versions = {k[n:]: kv.mod_revision for k, kv in kvs.items() if _ARRIVAL not in k[n:]}
+            return versions != known, rev
 
         return self._wait(p, True, read, timeout)
 

@@ -3,8 +3,10 @@
 :class:`EtcdClient` is everything :mod:`rallypoint_etcd.backend` asks of etcd: reads with the
 revision they saw, puts, compare-and-set and compare-and-delete transactions on a key's
 ``mod_revision``, leases, and a watch from a given revision. It is built on the ``etcd3`` module
-(python-etcd3's API, shipped by the ``etcd3-fc`` distribution); another client library can take
-its place by reimplementing this class. Only this module imports ``etcd3`` and ``grpc``, and only
+(python-etcd3's API, shipped by the ``etcd3-fc`` distribution); the transactions that the library's
+helpers cannot express (a range compare, a put that keeps the key's value and lease) are built
+from its protocol messages (``etcd3.etcdrpc``) and sent through its stub. Another client library
+can take its place by reimplementing this class. Only this module imports ``etcd3`` and ``grpc``, and only
 the backend imports this module (the agent and the CLI never load them at start-up).
 
 Errors: :class:`Unavailable` when no endpoint answered (the caller retries), :class:`LeaseGone`
@@ -18,23 +20,28 @@ import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 # gRPC's default poller (epoll1) breaks in a child forked while a watch stream is open (gRPC
 # aborts the child); the poll poller survives fork. Its informational notes about forks (every
 # worker start is a fork) are not for users. Read when gRPC starts, so set before the import; a
 # value set by the user wins.
 os.environ.setdefault("GRPC_POLL_STRATEGY", "poll")
+# gRPC's fork handlers (on by default) restart its threads in the child between fork and exec;
+# the agent's workers exec at once and never need them, and a child could die of them (SIGABRT)
+# before its first line. Off, as in rallypoint_grpc (see its package docstring).
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "0")
 os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
 
 import etcd3  # type: ignore[import-untyped]
+import etcd3.etcdrpc  # type: ignore[import-untyped]
 import etcd3.exceptions  # type: ignore[import-untyped]
 import etcd3.utils  # type: ignore[import-untyped]
 import grpc
 
 from rallypoint_etcd.options import EtcdOptions, parse_endpoint
 
-__all__ = ["KV", "EtcdClient", "EtcdRequestError", "LeaseGone", "Unavailable"]
+__all__ = ["KV", "EtcdClient", "EtcdRequestError", "LeaseGone", "Unavailable", "prefix_end"]
 
 T = TypeVar("T")
 
@@ -71,10 +78,45 @@ class EtcdRequestError(Exception):
 
 @dataclass(frozen=True)
 class KV:
-    """A stored key: its value and the revision of its last write."""
+    """A stored key: its value, the revision of its last write and the revision that created it."""
 
     value: bytes
     mod_revision: int
+    create_revision: int = 0
+
+
+def prefix_end(prefix: str) -> str:
+    """The end of the key range of every key that starts with ``prefix``."""
+    return str(etcd3.utils.prefix_range_end(prefix.encode()).decode())
+
+
+def _kvs(kvs: Any) -> dict[str, KV]:
+    return {kv.key.decode(): KV(kv.value, kv.mod_revision, kv.create_revision) for kv in kvs}
+
+
+def _range_op(key: str, end: str) -> Any:
+    return etcd3.etcdrpc.RequestOp(request_range=etcd3.etcdrpc.RangeRequest(key=key.encode(), range_end=end.encode()))
+
+
+def _put_op(key: str, value: bytes | None, lease: int | None) -> Any:
+    """A put; ``value=None``: keep the key's value and lease (the key must exist)."""
+    if value is None:
+        request = etcd3.etcdrpc.PutRequest(key=key.encode(), ignore_value=True, ignore_lease=True)
+    else:
+        request = etcd3.etcdrpc.PutRequest(key=key.encode(), value=value, lease=lease or 0)
+    return etcd3.etcdrpc.RequestOp(request_put=request)
+
+
+def _delete_op(key: str, end: str | None = None) -> Any:
+    request = etcd3.etcdrpc.DeleteRangeRequest(key=key.encode(), range_end=b"" if end is None else end.encode())
+    return etcd3.etcdrpc.RequestOp(request_delete_range=request)
+
+
+def _compare(key: str, target: str, value: int, result: str = "EQUAL") -> Any:
+    """``target`` (``MOD`` or ``CREATE`` revision) of ``key`` compared with ``value``."""
+    c = etcd3.etcdrpc.Compare
+    field = {"MOD": "mod_revision", "CREATE": "create_revision"}[target]
+    return c(key=key.encode(), target=getattr(c, target), result=getattr(c, result), **{field: value})
 
 
 def _translate(exc: BaseException, where: str) -> Exception:
@@ -176,50 +218,102 @@ class EtcdClient:
     def get(self, key: str) -> tuple[KV | None, int]:
         """The key (or ``None``) and the store's revision at the time of the read."""
         resp = self._call("get", lambda c: c.get_response(key))
-        kv = resp.kvs[0] if resp.count else None
-        return (None if kv is None else KV(kv.value, kv.mod_revision)), resp.header.revision
+        return _kvs(resp.kvs).get(key), resp.header.revision
 
     def get_prefix(self, prefix: str) -> tuple[dict[str, KV], int]:
         """Every key under ``prefix`` and the store's revision at the time of the read."""
         resp = self._call("range", lambda c: c.get_prefix_response(prefix))
-        return {kv.key.decode(): KV(kv.value, kv.mod_revision) for kv in resp.kvs}, resp.header.revision
+        return _kvs(resp.kvs), resp.header.revision
+
+    def get_range(self, key: str, end: str) -> tuple[dict[str, KV], int]:
+        """Every key in ``[key, end)`` and the store's revision at the time of the read."""
+        resp = self._call("range", lambda c: c.get_response(key, range_end=end))
+        return _kvs(resp.kvs), resp.header.revision
 
     def put(self, key: str, value: bytes, *, lease: int | None = None) -> int:
         """Write ``key``; return the revision of the write."""
         resp = self._call("put", lambda c: c.put(key, value, lease=lease))
         return int(resp.header.revision)
 
-    def put_if(self, key: str, value: bytes, *, mod_revision: int | None, lease: int | None) -> tuple[bool, KV | None]:
-        """Write ``key`` only if it is at ``mod_revision`` (``None``: absent), in one transaction.
+    def _txn(self, compare: list[Any], success: list[Any], failure: list[Any]) -> Any:
+        """One transaction from protocol messages; its raw response."""
+        request = etcd3.etcdrpc.TxnRequest(compare=compare, success=success, failure=failure)
+
+        def call(c: Any) -> Any:
+            try:
+                return c.kvstub.Txn(request, c.timeout, credentials=c.call_credentials, metadata=c.metadata)
+            except grpc.RpcError as exc:
+                c._manage_grpc_errors(exc)  # marks a silent endpoint failed (failover), as the helpers do
+                raise
+
+        return self._call("transaction", call)
+
+    def put_clear(
+        self,
+        key: str,
+        value: bytes,
+        *,
+        lease: int | None,
+        clear: tuple[str, str],
+        mod_revision: int | Literal["any"] | None = "any",
+    ) -> tuple[int, dict[str, KV]]:
+        """Write ``key`` and delete the keys in the range ``clear``, in one transaction.
+
+        Args:
+            key: the key to write.
+            value: its new value.
+            lease: the lease to attach it to (``None``: none).
+            clear: ``(start, end)`` of a key range next to ``key`` (it must not hold ``key``).
+            mod_revision: ``"any"``: write unconditionally; ``None``: only if ``key`` is absent; an
+                int: only if ``key`` is at that ``mod_revision``.
 
         Returns:
-            ``(True, the new KV)`` or ``(False, the current KV or None)``.
+            ``(revision of the write, {})``, or ``(0, the keys in [key, clear end))`` when the
+            comparison failed.
         """
+        if mod_revision == "any":
+            compare = []
+        elif mod_revision is None:
+            compare = [_compare(key, "CREATE", 0)]
+        else:
+            compare = [_compare(key, "MOD", int(mod_revision))]
+        success = [_put_op(key, value, lease), _delete_op(*clear)]
+        resp = self._txn(compare, success, [_range_op(key, clear[1])])
+        if resp.succeeded:
+            return int(resp.header.revision), {}
+        return 0, _kvs(resp.responses[0].response_range.kvs)
 
-        def txn(c: Any) -> tuple[bool, list[Any]]:
-            t = c.transactions
-            cmp = t.create(key) == 0 if mod_revision is None else t.mod(key) == mod_revision
-            ok, responses = c.transaction(
-                compare=[cmp], success=[t.put(key, value, lease=lease), t.get(key)], failure=[t.get(key)]
-            )
-            return bool(ok), responses
+    def add_arrival(
+        self, key: str, arrival: str, amount: bytes, *, zero: bytes, lease: int | None, end: str
+    ) -> dict[str, KV]:
+        """Write the new key ``arrival`` and touch ``key``, in one transaction; return ``[key, end)`` after it.
 
-        ok, responses = self._call("transaction", txn)
-        found = responses[-1]
-        current = KV(found[0][0], found[0][1].mod_revision) if found else None
-        return ok, current
+        ``key`` keeps its value and lease and gets a new ``mod_revision``; when it is absent it is
+        created with the value ``zero``. Nothing is compared against an earlier read, so the
+        transaction never fails for a concurrent writer; etcd applies transactions one at a time,
+        so the range read inside it sees exactly the arrivals before this one and this one.
+        Sending it again (after a lost answer) rewrites the same arrival key: it counts once.
+        """
+        exists = [_compare(key, "CREATE", 0, "GREATER")]
+        success = [_put_op(arrival, amount, lease), _put_op(key, None, None), _range_op(key, end)]
+        failure = [_put_op(key, zero, lease), _put_op(arrival, amount, lease), _range_op(key, end)]
+        resp = self._txn(exists, success, failure)
+        return _kvs(resp.responses[-1].response_range.kvs)
 
-    def delete(self, key: str, *, mod_revision: int | None = None) -> bool:
-        """Delete ``key`` (only at ``mod_revision`` when given); whether something was deleted."""
-        if mod_revision is None:
+    def delete(self, key: str, *, end: str | None = None, mod_revision: int | None = None) -> bool:
+        """Delete ``key`` (with ``end``: the keys in ``[key, end)``), only at ``mod_revision`` when given.
+
+        Returns:
+            whether ``key`` itself existed (and, with ``mod_revision``, was at it) and was deleted.
+        """
+        if end is None and mod_revision is None:
             return bool(self._call("delete", lambda c: c.delete(key)))
-
-        def txn(c: Any) -> bool:
-            t = c.transactions
-            ok, _ = c.transaction(compare=[t.mod(key) == mod_revision], success=[t.delete(key)], failure=[])
-            return bool(ok)
-
-        return self._call("transaction", txn)
+        if mod_revision is None:
+            compare = [_compare(key, "CREATE", 0, "GREATER")]
+            resp = self._txn(compare, [_delete_op(key, end)], [_delete_op(key, end)])
+        else:
+            resp = self._txn([_compare(key, "MOD", mod_revision)], [_delete_op(key, end)], [])
+        return bool(resp.succeeded)
 
     # -- leases ------------------------------------------------------------------------------
     def grant(self, ttl: int, lease: int | None = None) -> int:
