@@ -277,7 +277,19 @@ def test_etcd_restarted_within_heartbeat_timeout_costs_no_restart(
 def test_etcd_gone_for_good_fails_each_agent_naming_the_endpoints(
     own_etcd: EtcdServer, job: Path, tmp_path: Path, namespace: str
 ) -> None:
-    args = etcd_job(own_etcd, namespace, "gone", "2", *FAST, "--set", "rendezvous.options.retry_timeout=2")
+    # an agent whose heartbeat fails stops its workers and tries to rejoin until the join timeout
+    # (an outage shorter than that is ridden out, see test_faults_multihost): 15 s here
+    args = etcd_job(
+        own_etcd,
+        namespace,
+        "gone",
+        "2",
+        *FAST,
+        "--set",
+        "rendezvous.options.retry_timeout=2",
+        "--set",
+        "rendezvous.join_timeout=15s",
+    )
     agents = start_agents(args, job, tmp_path, "go", 2)
     try:
         wait_for(tmp_path, "r0.rank*", 2)
@@ -290,6 +302,7 @@ def test_etcd_gone_for_good_fails_each_agent_naming_the_endpoints(
             a.kill()
     for agent, (_, err) in zip(agents, results, strict=True):
         assert agent.returncode == 1, err
+        assert "this node fails: it could not rejoin the job" in err, err
         assert "etcd unreachable" in err, err
         assert own_etcd.endpoint in err, err
         assert "Traceback" not in err, err
