@@ -335,3 +335,22 @@ def test_trainers_with_optimizers_of_their_own_over_shared_parameters_do_not_mix
             fut.wait()
         assert weight.detach().tolist() == [-3.0, -3.0]  # each step applied its own gradient once: -1 - 2
         assert weight.grad is None
+
+
+def test_a_broadcast_gradient_is_kept_as_a_writable_contiguous_copy() -> None:
+    """Gradient messages carry broadcast views (the gradient of a sum); the stored gradient is a real tensor."""
+    from rallypoint.rpc.autograd import DistContext
+
+    class _Agent:
+        pass
+
+    agent = _Agent()
+    ctx = DistContext(agent, 1)
+    leaf = torch.zeros(3, 4, requires_grad=True)
+    ctx.accumulate(leaf, torch.tensor(1.0).expand(3, 4))
+    grad = ctx.grads[leaf]
+    assert grad.is_contiguous()
+    grad.mul_(2)  # an optimizer may write to it; an expanded view refuses in-place writes
+    assert torch.equal(grad, torch.full((3, 4), 2.0))
+    ctx.accumulate(leaf, torch.tensor(0.5).expand(3, 4))
+    assert torch.equal(ctx.grads[leaf], torch.full((3, 4), 2.5))

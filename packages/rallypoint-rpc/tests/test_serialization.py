@@ -85,6 +85,44 @@ def test_views_scalars_empty_and_grad_flags() -> None:
         assert out.requires_grad == t.requires_grad
 
 
+def _decode(enc: Encoder, tree: Any) -> Any:
+    header, buffers = unpack(pack(dumps_tree(tree), enc.out.buffers))
+    return Decoder(Exposure(), "w1").decode(loads_tree(header), buffers)
+
+
+@pytest.mark.parametrize(
+    ("make", "span"),
+    [
+        (lambda: torch.tensor(2.5).expand(300, 400), 1),  # the gradient of a sum
+        (lambda: torch.arange(4.0).reshape(4, 1).expand(4, 1000), 4),
+        (lambda: torch.arange(6.0).reshape(2, 1, 3).expand(2, 50, 3), 6),
+    ],
+)
+def test_broadcast_views_travel_as_the_memory_they_span_only_when_asked(make: Any, span: int) -> None:
+    t = make()
+    enc = Encoder(broadcasts=True)
+    tree = enc.add(t)
+    assert enc.out.buffers[0].nbytes == span * t.element_size()  # not t.numel() elements
+    out = _decode(enc, tree)
+    assert out.shape == t.shape
+    assert out.stride() == t.stride()
+    assert torch.equal(out, t)
+    plain = Encoder()  # every other message: a contiguous copy, as before
+    tree = plain.add(t)
+    assert plain.out.buffers[0].nbytes == t.numel() * t.element_size()
+    out = _decode(plain, tree)
+    assert out.is_contiguous()
+    assert torch.equal(out, t)
+
+
+def test_a_broadcast_view_with_negative_or_overlapping_strides_still_round_trips() -> None:
+    base = torch.arange(5.0)
+    for t in (base.flip(0), base.as_strided((3, 3), (1, 1)), base[:1].expand(4)):
+        enc = Encoder(broadcasts=True)
+        out = _decode(enc, enc.add(t))
+        assert torch.equal(out, t)
+
+
 def test_exposed_objects_travel_as_their_state_and_callables_as_paths() -> None:
     out = roundtrip(Point(1, torch.ones(2)))
     assert isinstance(out, Point)

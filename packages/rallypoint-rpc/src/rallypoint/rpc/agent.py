@@ -127,11 +127,17 @@ class RpcAgent:
 
     # --------------------------------------------------------------- sending
     def _prepare(
-        self, to: WorkerInfo, header: dict[str, Any], values: dict[str, Any], timeout: float | None, what: str
+        self,
+        to: WorkerInfo,
+        header: dict[str, Any],
+        values: dict[str, Any],
+        timeout: float | None,
+        what: str,
+        broadcasts: bool = False,
     ) -> tuple[list[Any], float | None]:
         if self._closed:
             raise RpcError(f"RPC on {self.info.name} is shut down; cannot call {what} on {to.name}")
-        enc = Encoder(allow_pickle=self.allow_pickle)
+        enc = Encoder(allow_pickle=self.allow_pickle, broadcasts=broadcasts)
         for key, value in values.items():
             header[key] = enc.add(value)
         limit = self.effective_timeout(timeout)
@@ -140,10 +146,21 @@ class RpcAgent:
         return pack_parts(dumps_tree(header), enc.out.buffers), limit
 
     def send(
-        self, to: WorkerInfo, header: dict[str, Any], values: dict[str, Any], timeout: float | None, what: str
+        self,
+        to: WorkerInfo,
+        header: dict[str, Any],
+        values: dict[str, Any],
+        timeout: float | None,
+        what: str,
+        *,
+        broadcasts: bool = False,
     ) -> Future[Any]:
-        """Send one request; the future completes with the decoded reply (or the remote error)."""
-        frame, limit = self._prepare(to, header, values, timeout, what)
+        """Send one request; the future completes with the decoded reply (or the remote error).
+
+        ``broadcasts``: tensors among ``values`` that are broadcast views travel as such (see
+        :class:`~rallypoint.rpc.serialization.Encoder`).
+        """
+        frame, limit = self._prepare(to, header, values, timeout, what, broadcasts)
         fut: Future[Any] = Future(self._completer)
         self._track(fut)
 
@@ -156,17 +173,24 @@ class RpcAgent:
         return fut
 
     def call(
-        self, to: WorkerInfo, header: dict[str, Any], values: dict[str, Any], timeout: float | None, what: str
+        self,
+        to: WorkerInfo,
+        header: dict[str, Any],
+        values: dict[str, Any],
+        timeout: float | None,
+        what: str,
+        *,
+        broadcasts: bool = False,
     ) -> Any:
         """Send one request and wait for its reply in this thread (``rpc_sync``); returns the result.
 
         Uses the transport's ``call_blocking`` when it has one (no thread hand-over), else
-        :meth:`send` and a wait.
+        :meth:`send` and a wait. ``broadcasts`` as in :meth:`send`.
         """
         blocking = getattr(self.transport, "call_blocking", None)
         if blocking is None:
-            return self.send(to, header, values, timeout, what).wait()
-        frame, limit = self._prepare(to, header, values, timeout, what)
+            return self.send(to, header, values, timeout, what, broadcasts=broadcasts).wait()
+        frame, limit = self._prepare(to, header, values, timeout, what, broadcasts)
         self._count(1)
         try:
             data = blocking(to.address, frame, limit)

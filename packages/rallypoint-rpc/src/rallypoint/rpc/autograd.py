@@ -40,7 +40,7 @@ __all__ = ["UnavailableInBackward", "backward", "context", "get_gradients"]
 
 _RELEASED_KEPT = 65536  # ids of released contexts remembered per worker (late messages are refused)
 _MARK = "_rallypoint_recv_anchor"
-_LOCAL = threading.local()  # .pending: futures of the gradient messages sent by the backward pass running here
+_LOCAL = threading.local()  # .outbox: the gradient messages of the backward pass running in this thread
 
 
 class UnavailableInBackward(WorkerUnavailable):
@@ -99,7 +99,13 @@ class DistContext:
         return send_id
 
     def accumulate(self, leaf: torch.Tensor, grad: torch.Tensor) -> None:
-        """Add ``grad`` to the leaf's gradient in this context."""
+        """Add ``grad`` to the leaf's gradient in this context.
+
+        A gradient whose elements share memory (a broadcast view, e.g. the gradient of a sum, as
+        computed here or received) is kept as a contiguous copy: optimizers may write to it.
+        """
+        if any(s == 0 and n > 1 for n, s in zip(grad.shape, grad.stride(), strict=True)):
+            grad = grad.contiguous()
         with self.lock:
             previous = self.grads.get(leaf)
             self.grads[leaf] = grad if previous is None else previous + grad
@@ -284,14 +290,14 @@ def run_backward(ctx: DistContext, roots: list[torch.Tensor], grads: list[torch.
     if not outputs:
         return
     leaves = _leaves(outputs)
-    pending: list[tuple[str, Any]] = []
-    previous = getattr(_LOCAL, "pending", None)
-    _LOCAL.pending = pending
+    outbox = _Outbox()
+    previous = getattr(_LOCAL, "outbox", None)
+    _LOCAL.outbox = outbox
     try:
         computed = torch.autograd.grad(outputs, leaves, grad_outputs, retain_graph=True, allow_unused=True)
     finally:
-        _LOCAL.pending = previous
-        error = _wait_all(pending)
+        _LOCAL.outbox = previous
+        error = outbox.finish()
     if error is not None:
         raise error
     for leaf, grad in zip(leaves, computed, strict=True):
@@ -299,14 +305,49 @@ def run_backward(ctx: DistContext, roots: list[torch.Tensor], grads: list[torch.
             ctx.accumulate(leaf, grad)
 
 
-def _wait_all(pending: list[tuple[str, Any]]) -> BaseException | None:
-    first: BaseException | None = None
-    for _, fut in pending:
+class _Outbox:
+    """The gradient messages of one local backward pass, sent and then waited for.
+
+    Each message leaves as soon as the next one is made (they run in parallel); the last one
+    when the local pass is done. When that one is the only message, it is sent and waited for
+    in this thread (``RpcAgent.call``: its reply wakes no other thread).
+    """
+
+    def __init__(self) -> None:
+        self.held: tuple[Any, Any, dict[str, Any], dict[str, Any], str] | None = None
+        self.sent: list[Any] = []
+
+    def add(self, agent: Any, peer: Any, header: dict[str, Any], values: dict[str, Any], what: str) -> None:
+        """A gradient message of this pass (the one held before leaves now)."""
+        self._flush()
+        self.held = (agent, peer, header, values, what)
+
+    def _flush(self) -> None:
+        held, self.held = self.held, None
+        if held is not None:
+            agent, peer, header, values, what = held
+            # the default RPC timeout: it covers the backward pass this message starts on every worker
+            self.sent.append(agent.send(peer, header, values, None, what, broadcasts=True))
+
+    def finish(self) -> BaseException | None:
+        """Send what is held and wait for every message; returns the first failure (``None``: all done)."""
+        first: BaseException | None = None
+        held = self.held
         try:
-            fut.wait()
+            if held is not None and not self.sent:
+                self.held = None
+                agent, peer, header, values, what = held
+                agent.call(peer, header, values, None, what, broadcasts=True)
+            else:
+                self._flush()
         except BaseException as exc:  # noqa: BLE001 - the first failure is raised once all are done
-            first = first or exc
-    return first
+            first = exc
+        for fut in self.sent:
+            try:
+                fut.wait()
+            except BaseException as exc:  # noqa: BLE001 - the first failure is raised once all are done
+                first = first or exc
+        return first
 
 
 def _leaves(outputs: list[torch.Tensor]) -> list[torch.Tensor]:
@@ -346,14 +387,13 @@ def _send_gradient(ctx: DistContext, sender: str, send_id: int, grad: torch.Tens
     agent = ctx.agent
     peer = agent.worker(sender)
     header = {"op": "ad_grad", "ctx": ctx.id, "send": send_id}
-    values = {"grad": grad.contiguous()}
+    values = {"grad": grad}  # a broadcast gradient (that of a sum) travels as the memory it spans
     what = f"backward of context {ctx.id} (gradient to {sender})"
-    pending = getattr(_LOCAL, "pending", None)
-    # the default RPC timeout: it covers the backward pass this message starts on every worker
-    if pending is None:  # run by a thread of the autograd engine: wait here
-        agent.call(peer, header, values, None, what)
+    outbox: _Outbox | None = getattr(_LOCAL, "outbox", None)
+    if outbox is None:  # run by a thread of the autograd engine: wait here (the default RPC timeout)
+        agent.call(peer, header, values, None, what, broadcasts=True)
     else:
-        pending.append((sender, agent.send(peer, header, values, None, what)))
+        outbox.add(agent, peer, header, values, what)
 
 
 # ------------------------------------------------------------------------ hooks of the agent

@@ -49,10 +49,15 @@ class Encoder:
 
     Args:
         allow_pickle: pickle what the safe rules cannot express (``serializer = "pickle"``).
+        broadcasts: send a tensor whose elements share memory (a broadcast view, such as the
+            gradient of a sum) as the memory it spans and its strides, not as a contiguous copy:
+            the receiver gets the same view (distributed autograd's gradient messages). Other
+            tensors always arrive contiguous.
     """
 
-    def __init__(self, *, allow_pickle: bool = False) -> None:
+    def __init__(self, *, allow_pickle: bool = False, broadcasts: bool = False) -> None:
         self.allow_pickle = allow_pickle
+        self.broadcasts = broadcasts
         self.out = Encoded(tree=None)
 
     def add(self, value: Any) -> Any:
@@ -120,13 +125,17 @@ class Encoder:
                 tag = record_sent(active, t)
         if t.device.type != "cpu":
             t = t.cpu()
-        if not t.is_contiguous():
-            t = t.contiguous()
         t = t.detach()
         dtype = str(t.dtype).removeprefix("torch.")
         if dtype not in TENSOR_DTYPES:
             raise SerializationError(f"tensors of dtype {dtype} cannot travel; supported: {', '.join(TENSOR_DTYPES)}")
-        raw = t.reshape(-1).view(torch.uint8).numpy() if t.numel() else b""
+        span = _broadcast_span(t) if self.broadcasts else None
+        if span is not None:  # only the memory the view spans travels (e.g. 1 element of an expanded scalar)
+            flat = t.as_strided((span,), (1,))
+        else:
+            t = t.contiguous()
+            flat = t.reshape(-1)
+        raw = flat.view(torch.uint8).numpy() if t.numel() else b""
         out = {
             "$": "tensor",
             "dtype": dtype,
@@ -138,6 +147,17 @@ class Encoder:
         if tag is not None:
             out["ad"] = tag
         return out
+
+
+def _broadcast_span(t: Any) -> int | None:
+    """The elements a view spans when some of them share memory (a stride-0 dimension), else ``None``."""
+    shape, strides = t.shape, t.stride()
+    if not t.numel() or not any(s == 0 and n > 1 for n, s in zip(shape, strides, strict=True)):
+        return None
+    if any(s < 0 for s in strides):
+        return None
+    span = 1 + sum((n - 1) * s for n, s in zip(shape, strides, strict=True))
+    return span if span < t.numel() else None
 
 
 class Decoder:
