@@ -1,8 +1,11 @@
 """``rallypoint plugin new`` and ``rallypoint plugin check``, with core alone (plus the test fakes).
 
-What the generated plugins do once installed (their tests, a job selecting them) is checked in a
-fresh virtual environment by ``test_authoring_install.py``; here: what is written, and what the
-checker finds in distributions made to be wrong.
+Core declares no kind of plugin to write: the made-up ``acme-widgets`` declares ``widget-backend``
+(``rallypoint_plugin_templates``) and ships its templates, as every subsystem does. What the
+generated plugins of the real kinds do once installed (their tests, a job selecting them) is
+checked in a fresh virtual environment by ``test_authoring_install.py`` and which package
+declares each kind by ``integration-tests/test_plugin_kinds.py``; here: what is written, and what
+the checker finds in distributions made to be wrong.
 """
 
 from __future__ import annotations
@@ -14,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from rallypoint.core.authoring.check import _check_options_model
-from rallypoint.core.authoring.kinds import KINDS
+from rallypoint.core.authoring.generate import TemplateError, generate_plugin
+from rallypoint.core.authoring.kinds import TemplateKind, installed_kinds
 from rallypoint.core.cli import main
 
 PLACEHOLDER = re.compile(
@@ -22,10 +26,14 @@ PLACEHOLDER = re.compile(
 )
 
 
-@pytest.mark.parametrize("kind", [k.name for k in KINDS])
-def test_plugin_new_writes_a_complete_distribution(
-    kind: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_the_kinds_are_those_the_installed_packages_declare() -> None:
+    (kind,) = installed_kinds()
+    assert kind.name == "widget-backend"
+    assert kind.package == "acme_widget_templates"
+
+
+def test_plugin_new_writes_a_complete_distribution(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    kind = "widget-backend"
     assert main(["plugin", "new", kind, "fast-ring", "--dir", str(tmp_path)]) == 0
 
     root = tmp_path / "rallypoint-fast-ring"
@@ -51,16 +59,46 @@ def test_plugin_new_writes_a_complete_distribution(
             compile(text, name, "exec")  # valid Python
 
 
-def test_the_kit_is_used_where_one_exists(tmp_path: Path) -> None:
-    for kind in KINDS:
-        assert main(["plugin", "new", kind.name, "k", "--dir", str(tmp_path / kind.name)]) == 0
-        tests = (tmp_path / kind.name / "rallypoint-k" / "tests" / "test_rallypoint_k_plugin.py").read_text()
-        if kind.conformance_kit:
-            assert f"from {kind.conformance_kit} import" in tests, kind.name
+def test_the_declared_dependencies_and_example_reach_the_distribution(tmp_path: Path) -> None:
+    assert main(["plugin", "new", "widget-backend", "k", "--dir", str(tmp_path)]) == 0
+    root = tmp_path / "rallypoint-k"
+    project = tomllib.loads((root / "pyproject.toml").read_text())["project"]
+    assert project["dependencies"] == ["acme-widgets>=0.1,<0.2"]
+    assert project["optional-dependencies"]["testing"][0] == "acme-widgets>=0.1,<0.2"
+    assert '["0=k", "1=k"]' in (root / "tests" / "test_rallypoint_k_job.py").read_text()
+    assert "from acme_widgets import" in (root / "tests" / "test_rallypoint_k_plugin.py").read_text()
+    assert "`widgets.backend`" in (root / "README.md").read_text()
+
+
+def test_a_kind_whose_templates_are_missing_is_a_clear_error(tmp_path: Path) -> None:
+    gone = TemplateKind(
+        name="gone", summary="s", hook="rallypoint_widget_backends", requires=(), testing=(),
+        templates="acme_widget_templates:nowhere", impl="backend",
+    )  # fmt: skip
+    with pytest.raises(TemplateError, match=r"KIND: gone: no template directory 'acme_widget_templates:nowhere'"):
+        generate_plugin("gone", "x", tmp_path, kinds=(gone,))
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_two_packages_declaring_one_kind_differently_is_an_error() -> None:
+    from rallypoint.core.plugins import get_plugin_manager, hookimpl
+
+    class Rival:
+        @hookimpl
+        def rallypoint_plugin_templates(self) -> list[TemplateKind]:
+            return [
+                TemplateKind(
+                    name="widget-backend", summary="another", hook="rallypoint_widget_backends",
+                    requires=(), testing=(), templates="rival:widget-backend", impl="backend",
+                )
+            ]  # fmt: skip
+
+    with pytest.raises(ValueError, match="two installed packages declare the plugin kind 'widget-backend'"):
+        installed_kinds(get_plugin_manager(plugins=[Rival()]))
 
 
 def test_plugin_new_refuses_a_bad_name(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["plugin", "new", "hooks", "Fast_Ring", "--dir", str(tmp_path)]) == 2
+    assert main(["plugin", "new", "widget-backend", "Fast_Ring", "--dir", str(tmp_path)]) == 2
 
     assert capsys.readouterr().err == (
         "error: NAME: 'Fast_Ring' is not a plugin name: use lower-case letters and digits, words joined by '-' "
@@ -73,18 +111,18 @@ def test_plugin_new_refuses_an_unknown_kind(capsys: pytest.CaptureFixture[str]) 
     assert main(["plugin", "new", "widget", "x"]) == 2
 
     err = capsys.readouterr().err
-    assert "Invalid value for '{rendezvous-backend|rank-strategy|collective-backend|" in err
+    assert "Invalid value for '{widget-backend}': 'widget' is not 'widget-backend'" in err
 
 
 def test_plugin_new_does_not_overwrite_without_force(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["plugin", "new", "hooks", "x", "--dir", str(tmp_path)]) == 0
+    assert main(["plugin", "new", "widget-backend", "x", "--dir", str(tmp_path)]) == 0
     readme = tmp_path / "rallypoint-x" / "README.md"
     readme.write_text("mine")
 
-    assert main(["plugin", "new", "hooks", "x", "--dir", str(tmp_path)]) == 2
+    assert main(["plugin", "new", "widget-backend", "x", "--dir", str(tmp_path)]) == 2
     assert f"error: {tmp_path / 'rallypoint-x'} already exists; choose another --dir or NAME" in capsys.readouterr().err
     assert readme.read_text() == "mine"
-    assert main(["plugin", "new", "hooks", "x", "--dir", str(tmp_path), "--force"]) == 0
+    assert main(["plugin", "new", "widget-backend", "x", "--dir", str(tmp_path), "--force"]) == 0
     assert readme.read_text().startswith("# rallypoint-x")
 
 

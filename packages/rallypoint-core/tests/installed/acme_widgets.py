@@ -2,8 +2,9 @@
 
 It is an essential package (entry point ``widgets`` in the ``rallypoint.essential`` group, see
 ``acme_widgets-1.0.dist-info``) that does what every rallypoint subsystem does, and nothing
-more: it adds hook specifications, declares plugin kinds and job-file sections, and registers
-one plugin of its own kind (the ``plain`` widget backend). Core knows none of these names.
+more: it adds hook specifications, declares plugin kinds and job-file sections, declares what
+``rallypoint plugin new widget-backend`` writes (templates in ``acme_widget_templates``), and
+registers one plugin of its own kind (the ``plain`` widget backend). Core knows none of these names.
 
 Kinds:
     ``widget backend`` (``widgets.backend``), ``gadget maker`` (``gadgets.maker``; ``"auto"``
@@ -21,6 +22,7 @@ import pluggy
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic_core import PydanticCustomError
 
+from rallypoint.core.authoring.kinds import TemplateKind
 from rallypoint.core.config import ConfigSection, Duration, PositiveDuration, Section
 from rallypoint.core.plugins import hookimpl, hookspec
 from rallypoint.core.records import BackendRecord, PluginRecord
@@ -187,6 +189,26 @@ def rallypoint_plugin_kinds() -> tuple[PluginKind[Any], ...]:
 @hookimpl
 def rallypoint_config_sections() -> tuple[ConfigSection, ...]:
     return SECTIONS
+
+
+#: What ``rallypoint plugin new widget-backend NAME`` writes (templates in ``acme_widget_templates``).
+WIDGET_BACKEND_TEMPLATE = TemplateKind(
+    name="widget-backend",
+    summary="a widget backend: how widgets are made",
+    hook="rallypoint_widget_backends",
+    requires=("acme-widgets",),
+    testing=("acme-widgets",),
+    templates="acme_widget_templates:widget-backend",
+    impl="backend",
+    expected=("0=__NAME__", "1=__NAME__"),
+    selects="widgets.backend",
+    conformance_kit="acme_widgets",
+)
+
+
+@hookimpl
+def rallypoint_plugin_templates() -> list[TemplateKind]:
+    return [WIDGET_BACKEND_TEMPLATE]
 
 
 @hookimpl

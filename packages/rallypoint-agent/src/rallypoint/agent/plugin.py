@@ -13,6 +13,7 @@ from typing import Any
 import pluggy
 
 from rallypoint.agent.records import RANK_STRATEGIES, RankStrategyRecord
+from rallypoint.core.authoring.kinds import TemplateKind
 from rallypoint.core.config import ConfigSection
 from rallypoint.core.plugins import hookimpl
 from rallypoint.core.records import CliCommand
@@ -71,5 +72,48 @@ def rallypoint_cli_commands() -> Iterable[CliCommand]:
             name="warm",
             summary="List or stop this user's kept warm processes (agent.preload_keep).",
             command="rallypoint.agent.warm.cli:warm",
+        ),
+    ]
+
+
+@hookimpl
+def rallypoint_plugin_templates() -> list[TemplateKind]:
+    """What ``rallypoint plugin new`` writes for the agent's hooks (templates in ``plugin_templates/``).
+
+    Rank strategies, lifecycle and decision hooks, and CLI commands (whose example works on the
+    agent's job file).
+    """
+    templates = "rallypoint.agent:plugin_templates/"
+    return [
+        TemplateKind(
+            name="rank-strategy",
+            summary="a rank strategy: which global rank every worker gets",
+            hook="rallypoint_rank_strategies",
+            requires=("rallypoint-agent",),
+            testing=("rallypoint-agent[testing]",),
+            templates=templates + "rank-strategy",
+            impl="strategy",
+            expected=("0=local0", "1=local1"),
+            selects="ranks.strategy",
+            conformance_kit="rallypoint.agent.ranks.testing",
+        ),
+        TemplateKind(
+            name="hooks",
+            summary="lifecycle and decision hooks: worker environment, failures, restarts",
+            hook="rallypoint_worker_env",
+            requires=("rallypoint-agent",),
+            testing=("rallypoint-agent[testing]",),
+            templates=templates + "hooks",
+            impl="hooks",
+            expected=("0=attempt0", "1=attempt0"),
+        ),
+        TemplateKind(
+            name="cli-command",
+            summary="a subcommand of the rallypoint command line",
+            hook="rallypoint_cli_commands",
+            requires=("rallypoint-core",),
+            testing=("rallypoint-core[testing]", "rallypoint-agent"),
+            templates=templates + "cli-command",
+            impl="cli",
         ),
     ]

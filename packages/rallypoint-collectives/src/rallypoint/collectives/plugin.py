@@ -11,6 +11,7 @@ from typing import Any
 import pluggy
 
 from rallypoint.collectives.records import COLLECTIVE_BACKENDS
+from rallypoint.core.authoring.kinds import TemplateKind
 from rallypoint.core.config import ConfigSection
 from rallypoint.core.plugins import hookimpl
 from rallypoint.core.registry import PluginKind
@@ -36,3 +37,23 @@ def rallypoint_config_sections() -> list[ConfigSection]:
     from rallypoint.collectives.config import COLLECTIVES_SECTION
 
     return [COLLECTIVES_SECTION]
+
+
+@hookimpl
+def rallypoint_plugin_templates() -> list[TemplateKind]:
+    """What ``rallypoint plugin new collective-backend NAME`` writes (templates in ``plugin_templates/``)."""
+    return [
+        TemplateKind(
+            name="collective-backend",
+            summary="a collective backend: the torch process-group backend workers use",
+            hook="rallypoint_collective_backends",
+            requires=("rallypoint-collectives",),
+            testing=("rallypoint-collectives[testing]", "rallypoint-agent"),
+            templates="rallypoint.collectives:plugin_templates/collective-backend",
+            impl="backend",
+            expected=("0=__NAME__:3", "1=__NAME__:3"),
+            third_party=("torch>=2.4",),
+            selects="collectives.backend",
+            conformance_kit="rallypoint.collectives.testing",
+        )
+    ]

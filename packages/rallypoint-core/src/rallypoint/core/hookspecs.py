@@ -4,7 +4,8 @@ Every hook is called with keyword arguments only, so a specification can gain an
 without breaking existing implementations. Subsystem packages add their own specifications
 through :func:`rallypoint_addhooks`, declare the kinds of plugins they accept through
 :func:`rallypoint_plugin_kinds` and their job-file sections through
-:func:`rallypoint_config_sections`: core knows no subsystem in advance.
+:func:`rallypoint_config_sections`, and the plugins ``rallypoint plugin new`` writes for them
+through :func:`rallypoint_plugin_templates`: core knows no subsystem in advance.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from rallypoint.core.plugins import hookspec
 if TYPE_CHECKING:
     import pluggy
 
+    from rallypoint.core.authoring.kinds import TemplateKind
     from rallypoint.core.config.sections import ConfigSection
     from rallypoint.core.records import CliCommand
     from rallypoint.core.registry import PluginKind
@@ -105,5 +107,33 @@ def rallypoint_cli_commands() -> Iterable[CliCommand]:
         def rallypoint_cli_commands():
             return [CliCommand(name="widgets", summary="Widget tools",
                                command="acme_widgets.cli:widgets")]
+    """
+    return ()
+
+
+@hookspec
+def rallypoint_plugin_templates() -> Iterable[TemplateKind]:
+    """Declare kinds of plugin that ``rallypoint plugin new KIND NAME`` can write.
+
+    A package that accepts a kind of plugin declares how a third-party plugin of that kind is
+    made: its dependencies, the hook it implements, the job-file key selecting it, its
+    conformance kit, and a directory of templates the package ships. Called when ``plugin new``
+    runs (never at start-up).
+
+    Returns:
+        :class:`~rallypoint.core.authoring.kinds.TemplateKind` records. Two packages declaring
+        different kinds under one name is an error of ``plugin new``.
+
+    Example::
+
+        @hookimpl
+        def rallypoint_plugin_templates():
+            return [TemplateKind(
+                name="widget-backend", summary="a widget backend: how widgets are made",
+                hook="rallypoint_widget_backends", requires=("acme-widgets",),
+                testing=("acme-widgets[testing]",),
+                templates="acme_widgets:plugin_templates/widget-backend", impl="backend",
+                expected=("0=made", "1=made"), selects="widgets.backend",
+            )]
     """
     return ()

@@ -10,6 +10,7 @@ from typing import Any
 
 import pluggy
 
+from rallypoint.core.authoring.kinds import TemplateKind
 from rallypoint.core.config import ConfigSection
 from rallypoint.core.plugins import hookimpl
 from rallypoint.core.registry import PluginKind
@@ -50,5 +51,24 @@ def rallypoint_rendezvous_backends() -> list[RendezvousBackendRecord]:
             factory="rallypoint.rendezvous.memory:create_memory_backend",
             options_model=MemoryOptions,
             multi_host=False,
+        )
+    ]
+
+
+@hookimpl
+def rallypoint_plugin_templates() -> list[TemplateKind]:
+    """What ``rallypoint plugin new rendezvous-backend NAME`` writes (templates in ``plugin_templates/``)."""
+    return [
+        TemplateKind(
+            name="rendezvous-backend",
+            summary="a rendezvous backend: the key-value space the agents meet in",
+            hook="rallypoint_rendezvous_backends",
+            requires=("rallypoint-rendezvous",),
+            testing=("rallypoint-rendezvous[testing]", "rallypoint-agent"),
+            templates="rallypoint.rendezvous:plugin_templates/rendezvous-backend",
+            impl="backend",
+            expected=("0=world2", "1=world2"),
+            selects="rendezvous.backend",
+            conformance_kit="rallypoint.rendezvous.testing",
         )
     ]

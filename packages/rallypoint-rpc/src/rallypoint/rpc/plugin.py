@@ -10,6 +10,7 @@ from typing import Any
 
 import pluggy
 
+from rallypoint.core.authoring.kinds import TemplateKind
 from rallypoint.core.config import ConfigSection
 from rallypoint.core.plugins import hookimpl
 from rallypoint.core.registry import PluginKind
@@ -36,3 +37,21 @@ def rallypoint_config_sections() -> list[ConfigSection]:
     from rallypoint.rpc.config import RPC_SECTION
 
     return [RPC_SECTION]
+
+
+@hookimpl
+def rallypoint_plugin_templates() -> list[TemplateKind]:
+    """What ``rallypoint plugin new rpc-transport NAME`` writes (templates in ``plugin_templates/``)."""
+    return [
+        TemplateKind(
+            name="rpc-transport",
+            summary="an RPC transport: how rallypoint.rpc frames travel between workers",
+            hook="rallypoint_rpc_transports",
+            requires=("rallypoint-rpc",),
+            testing=("rallypoint-rpc[testing]", "rallypoint-agent"),
+            templates="rallypoint.rpc:plugin_templates/rpc-transport",
+            impl="transport",
+            expected=("0=peer1", "1=peer0"),
+            selects="rpc.transport",
+        )
+    ]

@@ -10,6 +10,7 @@ from typing import Any
 
 import pluggy
 
+from rallypoint.core.authoring.kinds import TemplateKind
 from rallypoint.core.config import ConfigSection
 from rallypoint.core.plugins import hookimpl
 from rallypoint.core.records import CliCommand
@@ -68,5 +69,23 @@ def rallypoint_cli_commands() -> list[CliCommand]:
             name="timeline",
             summary="Merge worker event timelines into a Chrome trace; per-step report.",
             command="rallypoint.timer.cli:timeline",
+        )
+    ]
+
+
+@hookimpl
+def rallypoint_plugin_templates() -> list[TemplateKind]:
+    """What ``rallypoint plugin new timer-backend NAME`` writes (templates in ``plugin_templates/``)."""
+    return [
+        TemplateKind(
+            name="timer-backend",
+            summary="a watchdog timer backend: how workers reach the agent's watchdog",
+            hook="rallypoint_timer_backends",
+            requires=("rallypoint-timer",),
+            testing=("rallypoint-timer[testing]", "rallypoint-agent"),
+            templates="rallypoint.timer:plugin_templates/timer-backend",
+            impl="watchdog",
+            expected=("0=timed", "1=timed"),
+            selects="timer.watchdog",
         )
     ]

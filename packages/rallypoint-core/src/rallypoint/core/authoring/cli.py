@@ -6,9 +6,27 @@ from pathlib import Path
 
 import click
 
-from rallypoint.core.authoring.kinds import KINDS
-
 __all__ = ["plugin"]
+
+
+class _InstalledKinds(click.Choice):  # type: ignore[type-arg]
+    """The kinds the installed packages declare, looked up when first needed (not at start-up)."""
+
+    def __init__(self) -> None:
+        self._names: tuple[str, ...] | None = None
+        super().__init__(())
+
+    @property
+    def choices(self) -> tuple[str, ...]:
+        if self._names is None:
+            from rallypoint.core.authoring.kinds import installed_kinds
+
+            self._names = tuple(k.name for k in installed_kinds())
+        return self._names
+
+    @choices.setter
+    def choices(self, value: object) -> None:  # click's __init__ assigns; the installed kinds win
+        pass
 
 
 @click.group()
@@ -17,7 +35,7 @@ def plugin() -> None:
 
 
 @plugin.command(name="new")
-@click.argument("kind", type=click.Choice([k.name for k in KINDS]))
+@click.argument("kind", type=_InstalledKinds())
 @click.argument("name")
 @click.option(
     "--dir",
@@ -30,6 +48,9 @@ def plugin() -> None:
 @click.option("--force", is_flag=True, help="Overwrite the files of an existing directory.")
 def new(kind: str, name: str, directory: Path, force: bool) -> None:
     """Write a third-party plugin distribution rallypoint-NAME of KIND.
+
+    KIND is one of the kinds the installed packages declare: a kind is offered when the
+    package that accepts such plugins is installed.
 
     \b
     It holds a pyproject.toml with the entry point, a typed implementation that works, tests

@@ -1,8 +1,9 @@
 """Write a third-party plugin distribution from the templates (``rallypoint plugin new``).
 
-Templates live next to this module (``templates/_common`` and ``templates/<kind>``) as text files
-ending in ``.tmpl``. Their paths mirror the generated tree, with ``__module__`` standing for the
-import package; their text uses placeholders (``__NAME__``, ``__MODULE__``, ``__CLASS__``...)
+The common templates live next to this module (``templates/_common``); each kind's own templates
+live in the package that declares the kind (:attr:`TemplateKind.templates`). Templates are text
+files ending in ``.tmpl``. Their paths mirror the generated tree, with ``__module__`` standing for
+the import package; their text uses placeholders (``__NAME__``, ``__MODULE__``, ``__CLASS__``...)
 replaced by plain substitution, so the templates stay valid-looking Python, TOML and Markdown.
 A file of a kind's directory replaces the common file of the same path.
 """
@@ -17,33 +18,13 @@ from importlib.resources import files
 from importlib.resources.abc import Traversable
 from pathlib import Path
 
-from rallypoint.core.authoring.kinds import TemplateKind, kind_named
+from rallypoint.core.authoring.kinds import TemplateKind, installed_kinds, kind_named
 from rallypoint.core.errors import EXIT_USAGE, RallypointError
 
 __all__ = ["GeneratedPlugin", "TemplateError", "generate_plugin", "plugin_names"]
 
 _NAME_RE = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$")
 _SUFFIX = ".tmpl"
-#: What each kind's implementation module is called (for the README's table).
-_IMPL = {
-    "rendezvous-backend": "backend",
-    "rank-strategy": "strategy",
-    "collective-backend": "backend",
-    "timer-backend": "watchdog",
-    "rpc-transport": "transport",
-    "cli-command": "cli",
-    "hooks": "hooks",
-}
-#: What the example job's workers write, per kind (``out/<RANK>`` = text): the job test's expectation.
-_EXPECTED = {
-    "rendezvous-backend": ["0=world2", "1=world2"],
-    "rank-strategy": ["0=local0", "1=local1"],
-    "collective-backend": ["0=__NAME__:3", "1=__NAME__:3"],
-    "timer-backend": ["0=timed", "1=timed"],
-    "rpc-transport": ["0=peer1", "1=peer0"],
-    "cli-command": [],
-    "hooks": ["0=attempt0", "1=attempt0"],
-}
 
 
 class TemplateError(RallypointError):
@@ -121,13 +102,13 @@ def _substitutions(kind: TemplateKind, name: str) -> dict[str, str]:
     values = plugin_names(name)
     bound = _version_range()
     testing = (*kind.testing, "pytest>=8", "pytest-xdist>=3.5", "pytest-timeout>=2.3")
-    expected = [line.replace("__NAME__", name) for line in _EXPECTED[kind.name]]
+    expected = [line.replace("__NAME__", name) for line in kind.expected]
     values.update(
         {
             "__KIND__": kind.name,
             "__SUMMARY__": kind.summary[0].upper() + kind.summary[1:].split(":")[0],
             "__HOOK__": kind.hook,
-            "__IMPL__": _IMPL[kind.name],
+            "__IMPL__": kind.impl,
             "__DEPENDENCIES__": _requirement_lines((*kind.requires, *kind.third_party), bound),
             "__TESTING__": _requirement_lines(testing, bound),
             "__EXPECTED__": json.dumps(expected),
@@ -155,28 +136,44 @@ def _render(text: str, values: dict[str, str]) -> str:
     return text
 
 
-def generate_plugin(kind_name: str, name: str, directory: Path, *, force: bool = False) -> GeneratedPlugin:
+def _kind_root(kind: TemplateKind) -> Traversable:
+    """The directory of the kind's own templates, in the package that declares it."""
+    try:
+        root = files(kind.package)
+    except ModuleNotFoundError as exc:
+        raise TemplateError(f"KIND: {kind.name}: its templates' package {kind.package!r} is not importable") from exc
+    for part in kind.directory.split("/"):
+        root = root / part
+    if not root.is_dir():
+        raise TemplateError(f"KIND: {kind.name}: no template directory {kind.templates!r}; reinstall {kind.package}")
+    return root
+
+
+def generate_plugin(
+    kind_name: str, name: str, directory: Path, *, force: bool = False, kinds: tuple[TemplateKind, ...] | None = None
+) -> GeneratedPlugin:
     """Write distribution ``rallypoint-<name>`` of kind ``kind_name`` into ``directory/rallypoint-<name>``.
 
     Args:
-        kind_name: one of :data:`~rallypoint.core.authoring.kinds.KINDS`' names.
+        kind_name: the name of a kind an installed package declares (``rallypoint_plugin_templates``).
         name: the plugin's name (lower case, ``-``-separated words).
         directory: where the distribution's directory is created.
         force: overwrite files of an existing directory.
+        kinds: the kinds to choose from (default: :func:`~rallypoint.core.authoring.kinds.installed_kinds`).
 
     Raises:
         TemplateError: an unknown kind, a bad name, or the target exists (without ``force``).
     """
     try:
-        kind = kind_named(kind_name)
+        kind = kind_named(kind_name, installed_kinds() if kinds is None else kinds)
     except KeyError as exc:
         raise TemplateError(f"KIND: {exc.args[0]}") from None
     values = _substitutions(kind, name)
     root = Path(directory) / values["__DIST__"]
     if root.exists() and not force:
         raise TemplateError(f"{root} already exists; choose another --dir or NAME, or pass --force to overwrite")
-    base = files("rallypoint.core.authoring") / "templates"
-    templates = {**_templates(base / "_common"), **_templates(base / kind.name)}
+    common = files("rallypoint.core.authoring") / "templates" / "_common"
+    templates = {**_templates(common), **_templates(_kind_root(kind))}
     written = []
     for relative, template in sorted(templates.items()):
         target = Path(_render(str(relative).replace("__module__", values["__MODULE__"]), values))

@@ -3,7 +3,7 @@
 Every hook specification has an example in its docstring. Every argument of a lifecycle or
 decision hook (any hook that takes arguments, except core's ``rallypoint_addhooks``, which hands
 over pluggy's manager) is annotated with a typed record: a documented class exported by the
-package that declares the hook (``rallypoint.agent`` for ``rallypoint.agent.hookspecs``), never
+package that declares the hook (``acme_widgets`` for ``acme_widgets.hookspecs``), never
 ``Any``; and the docstring's ``Args:`` section describes it.
 """
 
@@ -32,7 +32,7 @@ def check_hookspec(spec: Callable[..., Any], package: str) -> list[str]:
     Args:
         spec: the hook specification function.
         package: the package that declares it and must export its argument types
-            (``"rallypoint.agent"``).
+            (``"acme_widgets"``).
 
     Examples:
         >>> def rallypoint_thing_happened(info):
