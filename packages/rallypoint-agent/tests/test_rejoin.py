@@ -239,8 +239,11 @@ def test_a_node_that_finds_its_round_reopened_without_it_rejoins(tmp_path: Path)
     link, a, b, before = cut_node1_while_both_train(tmp_path, world1="run", timeouts1=patient)
     cut = time.time()
     wait_for(lambda: any(s["world"] == 1 and s["t"] > cut for s in starts(tmp_path)), "node 0 alone", [a, b])
-    (tmp_path / "ok").touch()
     link.down.clear()
+    # node 1's worker of the old round still runs (world 2): "ok" is written only once node 1 has
+    # seen that it was dropped, or that worker would finish "successfully" in a round that is over
+    wait_for(lambda: "was dropped" in b.output(), "node 1 noticed it was dropped", [a, b])
+    (tmp_path / "ok").touch()
     ra, rb = a.wait(), b.wait()
     out = a.output() + b.output()
     assert (ra.exit_code, rb.exit_code, ra.restarts, rb.restarts) == (0, 0, 0, 0), out
