@@ -244,3 +244,21 @@ def test_options_models_that_accept_unknown_keys_or_need_values_are_reported() -
     assert _check_options_model("widget backend 'z'", dict, notes) == [
         "widget backend 'z': options_model <class 'dict'> is not a pydantic model class"
     ]
+
+
+def test_each_command_line_sees_the_kinds_installed_then(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The KIND choice is not cached in the process (tests, embedding programs run it many times)."""
+    from rallypoint.core.authoring import generate as generate_module
+    from rallypoint.core.authoring import kinds as kinds_module
+
+    assert main(["plugin", "new", "widget-backend", "one", "--dir", str(tmp_path)]) == 0
+    (widget,) = installed_kinds()
+    renamed = TemplateKind(**{**widget.__dict__, "name": "gizmo-backend"})
+    for module in (kinds_module, generate_module):
+        monkeypatch.setattr(module, "installed_kinds", lambda pm=None: (renamed,))
+    capsys.readouterr()
+    assert main(["plugin", "new", "gizmo-backend", "two", "--dir", str(tmp_path)]) == 0
+    assert capsys.readouterr().out.startswith("wrote rallypoint-two (gizmo-backend)")
+    assert main(["plugin", "new", "widget-backend", "three", "--dir", str(tmp_path)]) == 2

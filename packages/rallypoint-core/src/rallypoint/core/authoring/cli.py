@@ -10,23 +10,33 @@ __all__ = ["plugin"]
 
 
 class _InstalledKinds(click.Choice):  # type: ignore[type-arg]
-    """The kinds the installed packages declare, looked up when first needed (not at start-up)."""
+    """The kinds the installed packages declare, looked up once per command line (not at start-up).
+
+    Kept in the click context of the invocation, not on the type: the next invocation in the
+    same process (a test, an embedding program) sees what is installed then.
+    """
 
     def __init__(self) -> None:
-        self._names: tuple[str, ...] | None = None
         super().__init__(())
 
     @property
     def choices(self) -> tuple[str, ...]:
-        if self._names is None:
+        ctx = click.get_current_context(silent=True)
+        names: tuple[str, ...] | None = None if ctx is None else ctx.meta.get(_META_KEY)
+        if names is None:
             from rallypoint.core.authoring.kinds import installed_kinds
 
-            self._names = tuple(k.name for k in installed_kinds())
-        return self._names
+            names = tuple(k.name for k in installed_kinds())
+            if ctx is not None:
+                ctx.meta[_META_KEY] = names
+        return names
 
     @choices.setter
     def choices(self, value: object) -> None:  # click's __init__ assigns; the installed kinds win
         pass
+
+
+_META_KEY = "rallypoint.core.authoring.kinds"
 
 
 @click.group()
