@@ -6,6 +6,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -16,6 +17,7 @@ from rallypoint.rendezvous.errors import (
     RendezvousFinishedError,
     RendezvousHeartbeatError,
     RendezvousJobMismatchError,
+    RendezvousStateError,
 )
 from rallypoint.rendezvous.handler import HEARTBEAT_ATTEMPTS, RendezvousHandler
 from rallypoint.rendezvous.memory import MemoryBackend
@@ -127,18 +129,38 @@ def test_two_jobs_under_one_run_id_do_not_merge(run_id: str, handlers: list[Rend
 class FlakyHeartbeats(MemoryBackend):
     """A memory backend whose heartbeat writes fail while ``failures_left`` is positive (or forever)."""
 
-    def __init__(self, run_id: str) -> None:
+    def __init__(self, run_id: str, error: Exception | None = None) -> None:
         super().__init__(run_id, shared=False)
         self.failures_left = 0
         self.forever = False
         self.failed = 0
+        self.error = error or OSError(30, "Read-only file system", "/shared/rdzv/kv/hb")
 
     def set(self, key: str, value: JSONValue, *, ttl: float | None = None) -> Version:
         if key.startswith("hb/") and (self.forever or self.failures_left > 0):
             self.failures_left -= 1
             self.failed += 1
-            raise OSError(30, "Read-only file system", "/shared/rdzv/kv/hb")
+            raise self.error
         return super().set(key, value, ttl=ttl)
+
+
+def test_a_heartbeat_that_finds_the_state_corrupt_fails_the_node_at_once(
+    run_id: str, handlers: list[RendezvousHandler]
+) -> None:
+    """A corrupt or vanished state is no outage to ride out: the node fails on the first such beat.
+
+    It was retried for ``heartbeat_timeout`` like an unreachable backend, so a node waiting for
+    peers learnt of a rewound or deleted file-backend directory only after the timeout.
+    """
+    backend = FlakyHeartbeats(run_id, RendezvousStateError("revision counter in /shared/rdzv/lock went back"))
+    h = _handler(handlers, run_id, 0, 1, backend=backend)  # heartbeat_timeout 0.4 s, interval 0.05 s
+    h.timeouts = replace(h.timeouts, heartbeat_timeout=30.0)
+    h.next_rendezvous()
+    backend.forever = True
+    _until(lambda: h.failure is not None, "the node did not fail on a corrupt state", seconds=5)
+    assert backend.failed == 1
+    assert isinstance(h.failure, RendezvousHeartbeatError)
+    assert isinstance(h.failure.error, RendezvousStateError)
 
 
 def test_a_heartbeat_that_keeps_failing_fails_the_node(run_id: str, handlers: list[RendezvousHandler]) -> None:

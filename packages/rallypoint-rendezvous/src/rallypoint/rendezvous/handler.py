@@ -489,7 +489,8 @@ class RendezvousHandler:
 
         A failing beat is retried, at least :data:`HEARTBEAT_ATTEMPTS` times and for
         ``heartbeat_timeout`` (by then the peers take this node for dead); then :attr:`failure` is
-        set and every later call of the handler raises it.
+        set and every later call of the handler raises it. A beat that finds the rendezvous state
+        gone or corrupt (:class:`RendezvousStateError`) sets it at once: no retry can mend that.
         """
         interval = self.timeouts.heartbeat_interval
         failing_since: float | None = None
@@ -504,7 +505,8 @@ class RendezvousHandler:
                     failing_since = now
                     log.warning("node %r: heartbeat failed (%s: %s); retrying", self.node_id, type(exc).__name__, exc)
                 elapsed = now - failing_since
-                if attempts >= HEARTBEAT_ATTEMPTS and elapsed >= self.timeouts.heartbeat_timeout:
+                corrupt = isinstance(exc, RendezvousStateError)  # gone or corrupt: nothing to wait for
+                if corrupt or (attempts >= HEARTBEAT_ATTEMPTS and elapsed >= self.timeouts.heartbeat_timeout):
                     # the agent (or the caller) reports it: every later call raises it
                     self._failure = RendezvousHeartbeatError(self.node_id, self.run_id, attempts, elapsed, exc)
                     return
