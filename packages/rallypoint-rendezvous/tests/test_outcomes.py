@@ -159,8 +159,11 @@ def test_a_heartbeat_that_finds_the_state_corrupt_fails_the_node_at_once(
     backend.forever = True
     _until(lambda: h.failure is not None, "the node did not fail on a corrupt state", seconds=5)
     assert backend.failed == 1
-    assert isinstance(h.failure, RendezvousHeartbeatError)
-    assert isinstance(h.failure.error, RendezvousStateError)
+    # the state error itself, as the join loop would raise it: not "could not write its heartbeat"
+    assert isinstance(h.failure, RendezvousStateError)
+    assert "went back" in str(h.failure)
+    with pytest.raises(RendezvousStateError, match="went back"):
+        h.next_rendezvous()
 
 
 def test_a_heartbeat_that_keeps_failing_fails_the_node(run_id: str, handlers: list[RendezvousHandler]) -> None:

@@ -11,7 +11,9 @@ ended (:class:`~rallypoint.rendezvous.errors.RendezvousFinishedError`) and, when
 given the job's fingerprint, a run id that another job already uses
 (:class:`~rallypoint.rendezvous.errors.RendezvousJobMismatchError`). A heartbeat that keeps
 failing is retried for ``heartbeat_timeout``, then fails the node: every later call raises
-:class:`~rallypoint.rendezvous.errors.RendezvousHeartbeatError`.
+:class:`~rallypoint.rendezvous.errors.RendezvousHeartbeatError`. A heartbeat that finds the run's
+state gone or corrupt fails the node at once with that
+:class:`~rallypoint.rendezvous.errors.RendezvousStateError`.
 """
 
 from __future__ import annotations
@@ -157,7 +159,7 @@ class RendezvousHandler:
         self._shut = False
         self._fingerprint = dict(fingerprint) if fingerprint is not None else None
         self._checked_in = False
-        self._failure: RendezvousHeartbeatError | None = None
+        self._failure: RendezvousHeartbeatError | RendezvousStateError | None = None
 
     @classmethod
     def from_selection(
@@ -320,6 +322,7 @@ class RendezvousHandler:
 
         Raises:
             RendezvousHeartbeatError: this node's heartbeat kept failing; it must stop.
+            RendezvousStateError: a heartbeat found the run's state gone or corrupt; it must stop.
         """
         self._raise_failure()
         with self._lock:
@@ -387,6 +390,7 @@ class RendezvousHandler:
 
         Raises:
             RendezvousHeartbeatError: this node's heartbeat kept failing; it must stop.
+            RendezvousStateError: a heartbeat found the run's state gone or corrupt; it must stop.
         """
         self._raise_failure()
         with self._lock:
@@ -422,11 +426,16 @@ class RendezvousHandler:
         return True
 
     @property
-    def failure(self) -> RendezvousHeartbeatError | None:
-        """Why this node failed (its heartbeat kept failing), or ``None``."""
+    def failure(self) -> RendezvousHeartbeatError | RendezvousStateError | None:
+        """Why this node failed, or ``None``.
+
+        A :class:`RendezvousHeartbeatError` when its heartbeat kept failing; the
+        :class:`RendezvousStateError` itself when a beat found the run's state gone or corrupt
+        (the same error the join or the monitor raises when it sees that first).
+        """
         return self._failure
 
-    def clear_failure(self) -> RendezvousHeartbeatError | None:
+    def clear_failure(self) -> RendezvousHeartbeatError | RendezvousStateError | None:
         """Forget this node's heartbeat failure, so that it may join a new round.
 
         For a caller that lost the rendezvous (its peers dropped it) and rejoins once the
@@ -490,7 +499,8 @@ class RendezvousHandler:
         A failing beat is retried, at least :data:`HEARTBEAT_ATTEMPTS` times and for
         ``heartbeat_timeout`` (by then the peers take this node for dead); then :attr:`failure` is
         set and every later call of the handler raises it. A beat that finds the rendezvous state
-        gone or corrupt (:class:`RendezvousStateError`) sets it at once: no retry can mend that.
+        gone or corrupt sets that :class:`RendezvousStateError` itself at once: no retry can mend
+        it, and it reads the same whether the beat or the join loop saw it first.
         """
         interval = self.timeouts.heartbeat_interval
         failing_since: float | None = None
@@ -505,8 +515,10 @@ class RendezvousHandler:
                     failing_since = now
                     log.warning("node %r: heartbeat failed (%s: %s); retrying", self.node_id, type(exc).__name__, exc)
                 elapsed = now - failing_since
-                corrupt = isinstance(exc, RendezvousStateError)  # gone or corrupt: nothing to wait for
-                if corrupt or (attempts >= HEARTBEAT_ATTEMPTS and elapsed >= self.timeouts.heartbeat_timeout):
+                if isinstance(exc, RendezvousStateError):  # gone or corrupt: nothing to wait for
+                    self._failure = exc
+                    return
+                if attempts >= HEARTBEAT_ATTEMPTS and elapsed >= self.timeouts.heartbeat_timeout:
                     # the agent (or the caller) reports it: every later call raises it
                     self._failure = RendezvousHeartbeatError(self.node_id, self.run_id, attempts, elapsed, exc)
                     return
