@@ -106,3 +106,59 @@ def test_a_node_that_waited_for_a_place_ends_the_way_the_job_did(tmp_path: Path,
         assert "ended (job succeeded (closed by node 'node0')) while this node waited for a place in it" in out
         assert "no worker ran here" in out
     assert not list(tmp_path.glob("attempt_*")), "a worker started"
+
+
+TERM_RECORDER = """
+import os, signal, sys, time
+out = sys.argv[1]
+def stop(signum, frame):
+    with open(os.path.join(out, "term" + os.environ["RANK"]), "w") as f:
+        f.write(signal.Signals(signum).name)
+    raise SystemExit(0)
+signal.signal(signal.SIGTERM, stop)
+open(os.path.join(out, "started" + os.environ["RANK"]), "w").close()
+time.sleep(60)
+"""
+
+
+def test_a_signal_while_workers_start_stops_those_started_and_says_so(tmp_path: Path) -> None:
+    """SIGTERM between two workers' starts (here: during rank 0's store head start).
+
+    It escaped the attempt's handler: the agent exited 143 without saying why, and stopped the
+    started worker only in its final clean-up.
+    """
+    run_id = f"sigstart-{uuid.uuid4().hex[:8]}"
+    handler = RendezvousHandler(
+        MemoryBackend(run_id, shared=False), make_node(0, local_world_size=2), min_nodes=1, max_nodes=1, timeouts=FAST
+    )
+    script = tmp_path / "worker.py"
+    script.write_text(TERM_RECORDER)
+    out = tmp_path / "out"
+    out.mkdir()
+    settings = AgentSettings(
+        argv=[sys.executable, str(script), str(out)],
+        run_id=run_id,
+        host="testhost",
+        log_dir=tmp_path / "logs",
+        stop_grace=10,
+        store_head_start=30,  # rank 1 would start 30 s after rank 0: the signal comes first
+    )
+
+    def signal_once_rank0_runs() -> None:
+        deadline = time.monotonic() + 30
+        while not (out / "started0").exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    sender = threading.Thread(target=signal_once_rank0_runs)
+    sender.start()
+    console = io.StringIO()
+    try:
+        result = ElasticAgent(handler, settings, console=console).run()
+    finally:
+        sender.join(timeout=40)
+    said = console.getvalue()
+    assert result.exit_code == 128 + signal.SIGTERM, said
+    assert "received SIGTERM; stopping workers" in said
+    assert (out / "term0").read_text() == "SIGTERM"
+    assert not (out / "started1").exists(), "rank 1 started after the signal"

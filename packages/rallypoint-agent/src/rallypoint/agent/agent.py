@@ -34,11 +34,9 @@ import os
 import signal
 import socket
 import sys
-import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from rallypoint.agent import rejoin as rejoining
 from rallypoint.agent.console import agent_line
@@ -48,7 +46,7 @@ from rallypoint.agent.logs import WorkerLogs, tee_selects
 from rallypoint.agent.peers import running_status, vanished_peer
 from rallypoint.agent.ranks import RankAssignment, RankNode, WorkerRanks, compute_assignment
 from rallypoint.agent.report import FailureReport, WorkerFailure, failures_from_store
-from rallypoint.agent.settings import AgentResult, AgentSettings, AgentSignal, Outcome
+from rallypoint.agent.settings import AgentResult, AgentSettings, AgentSignal, Outcome, install_signal_handlers
 from rallypoint.agent.waiting import waiting_line
 from rallypoint.agent.warm import WarmLauncher
 from rallypoint.agent.watchdog import WatchdogExpiry, WatchdogServer
@@ -131,12 +129,14 @@ class ElasticAgent:
         """
         from rallypoint.rendezvous.errors import RendezvousHeartbeatError
 
-        restore = self._install_signal_handlers()
+        restore = install_signal_handlers(self.settings.signals)
         try:
             self._warm.start()  # with modules to preload, the warm process imports them while the rendezvous runs
             self._start_watchdog()
             return self._loop()
         except AgentSignal as sig:
+            if not sig.announced:  # between attempts: no worker of this node runs
+                self.say(f"received {sig}; stopping (no worker was running)")
             return AgentResult(128 + sig.signum, rounds=self.rounds)
         except RendezvousHeartbeatError as exc:
             self.say(f"this node fails, its workers were stopped: {exc}")
@@ -347,13 +347,13 @@ class ElasticAgent:
         # Worker rank 0 serves the env:// store. torch's clients back off for about half a second
         # when they find no server yet, so the store's worker starts a moment before the others.
         head_start = self.settings.store_head_start if 0 in contexts and len(specs) > 1 else 0.0
-        group.start(specs, head_start=head_start)
-        if self._watchdog is not None:
-            for rank, pid in group.pids.items():
-                self._watchdog.register_worker(pid, rank)
-        if self.pm is not None:
-            self.pm.hook.rallypoint_agent_workers_started(group=group)
-        try:
+        try:  # a signal may come while the workers start: those started are stopped with it
+            group.start(specs, head_start=head_start)
+            if self._watchdog is not None:
+                for rank, pid in group.pids.items():
+                    self._watchdog.register_worker(pid, rank)
+            if self.pm is not None:
+                self.pm.hook.rallypoint_agent_workers_started(group=group)
             outcome, bad = self._monitor(group)
             stop_time = time.time()
             exits = group.stop(grace=self.settings.stop_grace)
@@ -370,6 +370,7 @@ class ElasticAgent:
             return outcome, failures
         except AgentSignal as sig:
             self.say(f"received {sig}; stopping workers")
+            sig.announced = True
             group.stop(grace=self.settings.stop_grace, sig=sig.signum)
             logs.close()
             raise
@@ -579,21 +580,3 @@ class ElasticAgent:
         self.say(expiry.describe() + "; killing it")
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(expiry.pid, signal.SIGKILL)
-
-    # -- signals -----------------------------------------------------------------------------
-    def _install_signal_handlers(self) -> Callable[[], None]:
-        if threading.current_thread() is not threading.main_thread():
-            return lambda: None
-
-        def handle(signum: int, _frame: Any) -> None:
-            raise AgentSignal(signum)
-
-        previous = {}
-        for sig in self.settings.signals:
-            previous[sig] = signal.signal(sig, handle)
-
-        def restore() -> None:
-            for sig, old in previous.items():
-                signal.signal(sig, old)
-
-        return restore

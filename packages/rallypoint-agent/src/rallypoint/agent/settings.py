@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import signal
-from collections.abc import Mapping, Sequence
+import threading
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel
 
@@ -16,7 +18,7 @@ from rallypoint.agent.records import RankStrategyRecord
 from rallypoint.agent.report import FailureReport
 from rallypoint.core.records import BackendRecord
 
-__all__ = ["AgentResult", "AgentSettings", "AgentSignal", "Outcome"]
+__all__ = ["AgentResult", "AgentSettings", "AgentSignal", "Outcome", "install_signal_handlers"]
 
 
 class Outcome(Enum):
@@ -37,7 +39,28 @@ class AgentSignal(BaseException):
 
     def __init__(self, signum: int) -> None:
         self.signum = signum
+        self.announced = False  # the agent said it received it (and stopped its workers)
         super().__init__(signal.Signals(signum).name)
+
+
+def install_signal_handlers(signals: Sequence[int]) -> Callable[[], None]:
+    """Make ``signals`` raise :class:`AgentSignal` in the main thread; returns what restores the old handlers.
+
+    Outside the main thread (an agent run by a test or an embedding program) nothing changes.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+
+    def handle(signum: int, _frame: Any) -> None:
+        raise AgentSignal(signum)
+
+    previous = {sig: signal.signal(sig, handle) for sig in signals}
+
+    def restore() -> None:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+    return restore
 
 
 @dataclass(frozen=True)
