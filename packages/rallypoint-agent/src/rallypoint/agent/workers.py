@@ -18,8 +18,10 @@ Design:
   If the agent died between ``fork`` and ``prctl``, the child sees a different parent pid right
   after the call and kills itself, closing that race.
   The kernel sends the death signal when the *thread* that forked exits, not the process; all
-  workers are therefore forked by one long-lived spawner thread owned by this module, so starting
-  workers from a short-lived thread (an executor, a test) does not kill them when it ends.
+  workers are therefore forked by one long-lived spawner thread (:mod:`rallypoint.agent.spawner`),
+  so starting workers from a short-lived thread (an executor, a test) does not kill them when it
+  ends. A signal that reaches the agent while a worker is being started is raised only once that
+  worker is recorded, so it is stopped with the others.
   The death signal reaches the worker only. What the worker started is its **session** (see
   below); a ``SIGKILL``-ed agent runs no code, so a tiny sentinel process
   (:mod:`rallypoint.agent.sentinel`) watches the agent and kills every registered worker session
@@ -50,7 +52,6 @@ Design:
 
 from __future__ import annotations
 
-import concurrent.futures
 import contextlib
 import ctypes
 import ctypes.util
@@ -65,10 +66,10 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
 
 from rallypoint.agent import sentinel
 from rallypoint.agent.logs import WorkerLogs
+from rallypoint.agent.spawner import in_thread, spawner, wait_through
 from rallypoint.agent.warm import WarmLauncher, WarmProcess
 from rallypoint.core.errors import RallypointError
 
@@ -81,7 +82,6 @@ __all__ = [
     "signal_name",
 ]
 
-_T = TypeVar("_T")
 _PR_SET_PDEATHSIG = 1
 
 
@@ -223,40 +223,6 @@ class WorkerExit:
         return f"signal {name}" if name else f"exit code {self.returncode}"
 
 
-class _Spawner:
-    """A long-lived thread that forks every worker (parent-death signals follow the forking thread)."""
-
-    def __init__(self) -> None:
-        self._jobs: queue.SimpleQueue[tuple[Callable[[], Any], concurrent.futures.Future[Any]]] = queue.SimpleQueue()
-        self._thread: threading.Thread | None = None
-        self._lock = threading.Lock()
-
-    def call(self, fn: Callable[[], _T]) -> _T:
-        if threading.current_thread() is self._thread:
-            return fn()
-        with self._lock:
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(target=self._run, name="rallypoint-spawner", daemon=True)
-                self._thread.start()
-        future: concurrent.futures.Future[_T] = concurrent.futures.Future()
-        self._jobs.put((fn, future))
-        return future.result()
-
-    def _run(self) -> None:
-        while True:
-            fn, future = self._jobs.get()
-            if not future.set_running_or_notify_cancel():
-                continue
-            try:
-                future.set_result(fn())
-            except BaseException as exc:  # noqa: BLE001 - handed to the caller
-                future.set_exception(exc)
-            del fn, future  # hold no reference to the caller's objects between jobs
-
-
-_spawner = _Spawner()
-
-
 class _Sentinel:
     """The agent's end: starts the sentinel process on first use and tells it about sessions.
 
@@ -387,11 +353,12 @@ class WorkerGroup:
         for index, spec in enumerate(spec_list):
             if index == 1 and head_start > 0:
                 time.sleep(head_start)
-            try:
-                if self.warm is not None:
-                    worker = self._spawn_warm(self.warm, spec)
-                else:
-                    worker = _spawner.call(functools.partial(self._spawn, spec))
+            if self.warm is not None:  # forked by the warm process: this process's threads may wait on it
+                started = in_thread(functools.partial(self._spawn_warm, self.warm, spec))
+            else:
+                started = spawner.submit(functools.partial(self._spawn, spec))
+            try:  # a signal that comes meanwhile is raised once the started worker is recorded
+                worker, interruption = wait_through(started)
             except (OSError, subprocess.SubprocessError) as err:
                 self.stop(grace=0)
                 raise WorkerStartError(spec.rank, spec.argv, err) from err
@@ -409,6 +376,8 @@ class WorkerGroup:
                 except BaseException:
                     self.stop(grace=0)
                     raise
+            if interruption is not None:
+                raise interruption
 
     def _spawn(self, spec: WorkerSpec) -> _Worker:
         pipe = subprocess.PIPE if self.logs is not None else None

@@ -29,6 +29,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any, TextIO
 
+from rallypoint.agent.spawner import spawner
 from rallypoint.agent.warm import _server
 from rallypoint.agent.warm import keep as kept
 from rallypoint.core.errors import EXIT_USAGE, RallypointError
@@ -416,7 +417,7 @@ def _start_server(
                 preexec_fn=preexec,
             )
 
-    return workers._spawner.call(start)
+    return spawner.call(start)
 
 
 class WarmLauncher:
