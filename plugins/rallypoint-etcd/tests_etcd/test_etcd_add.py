@@ -202,3 +202,22 @@ def test_many_arrivals_are_folded(etcd_options: EtcdOptions, monkeypatch: pytest
     assert entry is not None
     assert entry.value == 10
     backend.close()
+
+
+def test_the_first_write_of_a_run_is_one_request(etcd_options: EtcdOptions) -> None:
+    """The run lease is created when the backend connects, not by the first write.
+
+    The first write of every node used to find no lease, create it and write again: three
+    requests (two of them on the rendezvous's path) instead of one.
+    """
+    client = CountingClient(etcd_options)
+    backend = EtcdBackend(_run_id(), etcd_options, client=client)
+    try:
+        assert client.requests["lease grant"] == 1  # when connecting
+        client.requests.clear()
+        assert backend.add("round/ticket", 1) == 1
+        # (the lease keeper's thread registers the client meanwhile: a put of its own)
+        assert client.requests["transaction"] == 1, client.requests
+        assert client.requests["lease grant"] == 0, client.requests
+    finally:
+        backend.close()

@@ -119,9 +119,12 @@ class EtcdBackend:
         self._closed = False
         self._check_files_and_secrets()
         _OPEN.add(self)
-        # Connect now (as torch's handlers do), so that an unreachable etcd fails here, naming
-        # the endpoints, and the first rendezvous step does not pay for the connection.
+        # Connect now (as torch's handlers do), so that an unreachable etcd, or one that refuses
+        # this user the run's keys, fails here, naming the endpoints, and the first rendezvous
+        # step does not pay for the connection. Then create the run lease (or find it): the first
+        # write needs no second try. A lease that holds no key lapses after key_ttl.
         self._retry("connect", lambda: self.client.get(self._me))
+        self._retry("create the run lease", lambda: self.client.grant(self.options.key_ttl, self.lease))
 
     def _check_files_and_secrets(self) -> None:
         """The password variable is set and the TLS files can be read (else a clear error now)."""
@@ -346,26 +349,29 @@ class EtcdBackend:
         return self._wait(p, True, read, timeout)
 
     def _wait(self, key: str, prefix: bool, read: Callable[[], tuple[bool, int]], timeout: float) -> bool:
-        """Read; unless already changed, watch from the read's revision until an event or ``timeout``.
+        """Watch from now, then read: unless already changed, wait for an event or ``timeout``.
 
-        A broken watch (etcd restarting) reads and watches again, within ``retry_timeout``.
+        A broken watch (etcd restarting) reads (within ``retry_timeout``) and watches again.
         """
         deadline = time.monotonic() + max(0.0, timeout)
         while True:
-            changed, rev = self._retry(f"read {key}", read)
+            left = deadline - time.monotonic()
+            if left > 0:
+                try:
+                    return self._retry(
+                        f"watch {key}",
+                        lambda left=left: self.client.wait(  # type: ignore[misc]
+                            key, prefix=prefix, timeout=left, changed=lambda: read()[0]
+                        ),
+                        window=0,
+                    )
+                except RendezvousBackendError:
+                    pass
+            changed, _ = self._retry(f"read {key}", read)
             left = deadline - time.monotonic()
             if changed or left <= 0:
                 return changed
-            try:
-                return self._retry(
-                    f"watch {key}",
-                    lambda rev=rev, left=left: self.client.wait(  # type: ignore[misc]
-                        key, prefix=prefix, start_revision=rev + 1, timeout=left
-                    ),
-                    window=0,
-                )
-            except RendezvousBackendError:
-                time.sleep(min(0.1, max(0.0, deadline - time.monotonic())))
+            time.sleep(min(0.1, left))
 
     def close(self, *, wait: float | None = None) -> None:
         """Stop keeping the run lease alive and close the connection.

@@ -343,11 +343,16 @@ class EtcdClient:
         self._call("lease revoke", lambda c: c.revoke_lease(lease))
 
     # -- watches -----------------------------------------------------------------------------
-    def wait(self, key: str, *, prefix: bool, start_revision: int, timeout: float) -> bool:
-        """Block until an event on ``key`` (or under it, with ``prefix``) at or after ``start_revision``.
+    def wait(self, key: str, *, prefix: bool, timeout: float, changed: Callable[[], bool]) -> bool:
+        """Watch ``key`` (or the range under it, with ``prefix``) from now; block until it changes.
+
+        The watch starts at the store's next revision, then ``changed()`` (the caller's read) tells
+        whether the key already changed before that: together nothing is missed. A watch from an
+        earlier revision would be no better: etcd serves a watch that starts in the past from its
+        catch-up loop, which runs every 100 ms, not from the write itself.
 
         Returns:
-            ``True`` on an event, ``False`` when ``timeout`` passed.
+            ``True`` when ``changed()`` said so or an event came, ``False`` when ``timeout`` passed.
 
         Raises:
             Unavailable: the watch stream broke (the caller reads again and watches again).
@@ -365,14 +370,14 @@ class EtcdClient:
         extra: dict[str, Any] = {}
         if prefix:
             extra["range_end"] = etcd3.utils.prefix_range_end(etcd3.utils.to_bytes(key))
-        watch_id = self._call(
-            "watch", lambda c: c.add_watch_callback(key, callback, start_revision=start_revision, **extra)
-        )
+        watch_id = self._call("watch", lambda c: c.add_watch_callback(key, callback, **extra))
         try:
-            changed = fired.wait(timeout)
+            if changed():
+                return True
+            event = fired.wait(timeout)
         finally:
             with contextlib.suppress(Exception):  # the stream may be gone already
                 self._call("cancel watch", lambda c: c.cancel_watch(watch_id))
         if broken:
             raise _translate(broken[0], f"watch on {self.current_endpoint()}")
-        return changed
+        return event
