@@ -120,14 +120,19 @@ class RosterCache:
                 if entry is None:
                     return None
                 roster = Roster.parse(round_, digest, entry.value)
-                with self._lock:
-                    self._items[digest] = roster
-                    while len(self._items) > self.size:
-                        self._items.popitem(last=False)
+                self.remember(roster)
                 return roster
             finally:
                 with self._lock:
                     self._fetching.pop(digest, None)
+
+    def remember(self, roster: Roster) -> None:
+        """Keep ``roster`` (one this process wrote or read): its digest names its content."""
+        with self._lock:
+            self._items[roster.digest] = roster
+            self._items.move_to_end(roster.digest)
+            while len(self._items) > self.size:
+                self._items.popitem(last=False)
 
     def clear(self) -> None:
         """Forget every roster (tests)."""

@@ -153,6 +153,7 @@ class RoundIO:
         self.machine = machine
         self._hb_seq = 0
         self._joined_count = 0
+        self._completed: tuple[Header, Version] | None = None  # the header of the round this node completed
 
     # -- reads ---------------------------------------------------------------------------
     def read(self) -> View:
@@ -234,8 +235,11 @@ class RoundIO:
             if action.roster:  # the membership goes to its own record first; the header names it
                 digest, value = encode_roster(header.round, action.roster)
                 b.set(roster_key(header.round, digest), value)
+                ROSTERS.remember(Roster.parse(header.round, digest, value))
                 header = replace(header, roster=digest)
-            ok, _ = b.compare_and_set(HEADER_KEY, header.to_json(), version=action.expected)
+            ok, stored = b.compare_and_set(HEADER_KEY, header.to_json(), version=action.expected)
+            if ok and stored is not None and header.complete and not header.closed:
+                self._completed = (header, stored.version)
             if ok and not action.header.complete and not action.header.closed:
                 self._collect_garbage(action.header.round - KEEP_ROUNDS - 1)
             return ok
@@ -248,7 +252,17 @@ class RoundIO:
         join counter is what our own add returned: the next step needs no read. If the header
         changed meanwhile, the :class:`~rallypoint.rendezvous.state.Wait` that follows watches it
         from ``view``'s version and returns at once. Saves one read per node and join.
+
+        After this node completed the round (its compare-and-set of the complete header
+        succeeded), the header is the one it wrote, at the version the write returned, and its
+        roster is the one it wrote: the node that completes a round reads nothing more.
         """
+        if isinstance(action, CasHeader):
+            completed, self._completed = self._completed, None
+            if completed is None:
+                return None
+            header, version = completed
+            return View(resolve(self.backend, header), version, view.count)
         if not isinstance(action, WriteJoin):
             return None
         count = self._joined_count if action.round == view.header.round else view.count
