@@ -8,9 +8,10 @@ Layout under ``<prefix>/[<namespace>/]<run_id>/``::
 
 Versions are etcd ``mod_revision`` numbers of ``kv/<key>``: they change on every write and are
 never reused. Compare-and-set and conditional delete are transactions that compare the key's
-``mod_revision`` (or its absence); ``watch`` and ``watch_prefix`` read the key (or prefix) and
-then watch from the store revision of that read, so no change between the read and the watch is
-missed, and nothing polls.
+``mod_revision`` (or its absence); ``watch`` and ``watch_prefix`` watch the key (or prefix) from
+the store's next revision and then read it, so no change before the watch is missed, and nothing
+polls. (A watch from a past revision would be served by etcd's catch-up loop, every 100 ms, not
+as the write commits.)
 
 Atomic add never retries: etcd has no increment, and a read followed by a compare-and-set loses
 to every concurrent adder (with 64 nodes arriving together, each retried about 32 times). An add
@@ -27,7 +28,8 @@ that writes the key. An add that finds more than :data:`FOLD_AT` arrivals folds 
 
 Key lifetime: every key of the run is attached to one *run lease* of ``key_ttl`` seconds that
 each open client keeps alive. Its id is derived from the run's key prefix, so every client knows
-it without asking; the first write that finds it missing creates it. When every agent is gone
+it without asking; each client creates it (or finds it) when it connects, and a write that finds
+it missing (it lapsed) creates it again. When every agent is gone
 (killed), the lease lapses and etcd deletes the run's keys ``key_ttl`` seconds later. A client
 that closes (or whose process exits) after the job was closed, and finds no other open client,
 revokes the lease at once: every key goes and the run id can be used again. Keys written with a
@@ -116,15 +118,17 @@ class EtcdBackend:
         self._lease_lock = threading.Lock()
         self._stop = threading.Event()
         self._keeper: threading.Thread | None = None
+        self._wrote = False  # a key under the run lease (the clean-up on close is for writers only)
         self._closed = False
         self._check_files_and_secrets()
         _OPEN.add(self)
         # Connect now (as torch's handlers do), so that an unreachable etcd, or one that refuses
         # this user the run's keys, fails here, naming the endpoints, and the first rendezvous
-        # step does not pay for the connection. Then create the run lease (or find it): the first
-        # write needs no second try. A lease that holds no key lapses after key_ttl.
-        self._retry("connect", lambda: self.client.get(self._me))
-        self._retry("create the run lease", lambda: self.client.grant(self.options.key_ttl, self.lease))
+        # step pays neither for the connection nor for the run lease (created or found here) nor
+        # for this client's registration under it.
+        self._retry("connect", lambda: self.client.grant(self.options.key_ttl, self.lease))
+        self._retry("connect", lambda: self.client.put(self._me, b"1", lease=self.lease))
+        self._start_keeper()
 
     def _check_files_and_secrets(self) -> None:
         """The password variable is set and the TLS files can be read (else a clear error now)."""
@@ -174,13 +178,13 @@ class EtcdBackend:
     def _write(self, what: str, fn: Callable[[int], T], ttl: float | None) -> T:
         """Run a write with the run lease (or a lease of its own for ``ttl``).
 
-        The run lease is created on demand: a write that finds it missing (the run's first
-        write, or after it lapsed) creates it and writes again.
+        The run lease was created (or found) when this client connected; a write that finds it
+        missing (it lapsed: etcd was away longer than ``key_ttl``) creates it again and writes again.
         """
         if ttl is not None:
             lease = self._retry("grant a lease", lambda: self.client.grant(max(1, math.ceil(ttl))))
             return self._retry(what, lambda: fn(lease))
-        self._start_keeper()
+        self._wrote = True
         for _ in range(3):
             try:
                 return self._retry(what, lambda: fn(self.lease))
@@ -190,7 +194,7 @@ class EtcdBackend:
 
     # -- leases --------------------------------------------------------------------------------
     def _start_keeper(self) -> None:
-        """Start the thread that keeps the run lease alive and registers this client (once)."""
+        """Start the thread that keeps the run lease alive (once)."""
         with self._lease_lock:
             if self._keeper is None and not self._closed:
                 self._keeper = threading.Thread(
@@ -199,10 +203,10 @@ class EtcdBackend:
                 self._keeper.start()
 
     def _keep_alive(self) -> None:
-        """Register this client, then refresh the run lease every ``key_ttl / 4`` seconds."""
+        """Refresh the run lease every ``key_ttl / 4`` seconds (registering this client again after it lapsed)."""
         period = max(1.0, self.options.key_ttl / 4)
-        registered = False
-        wait = 0.0
+        registered = True  # when it connected
+        wait = period
         while not self._stop.wait(wait):
             wait = period
             try:
@@ -395,9 +399,9 @@ class EtcdBackend:
             self.client.close()
 
     def _clean_up(self) -> None:
-        if self._keeper is None:
-            return  # never wrote: leave the run as it is
         self.client.delete(self._me)
+        if not self._wrote:
+            return  # never wrote: leave the run as it is
         header, _ = self.client.get(self._kv + _HEADER)
         others, _ = self.client.get_prefix(self.base + "meta/clients/")
         try:
