@@ -220,9 +220,10 @@ def test_another_user_is_turned_away(runtime: Path, lib: Path, tmp_path: Path, m
     friend.connect(str(listener_path))
     server.accept()
     assert len(server.conns) == 2
-    for sock in (client, friend, ours):
+    for sock in (client, friend, ours, *server.conns):
         sock.close()
     server.retire()
+    server.selector.close()
     assert not listener_path.exists()
 
 

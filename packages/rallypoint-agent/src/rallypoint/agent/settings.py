@@ -16,6 +16,7 @@ from rallypoint.agent.logs import Tee
 from rallypoint.agent.ranks import RankStrategy
 from rallypoint.agent.records import RankStrategyRecord
 from rallypoint.agent.report import FailureReport
+from rallypoint.agent.spawner import interruption
 from rallypoint.core.records import BackendRecord
 
 __all__ = ["AgentResult", "AgentSettings", "AgentSignal", "Outcome", "install_signal_handlers"]
@@ -52,7 +53,7 @@ def install_signal_handlers(signals: Sequence[int]) -> Callable[[], None]:
         return lambda: None
 
     def handle(signum: int, _frame: Any) -> None:
-        raise AgentSignal(signum)
+        interruption(AgentSignal(signum))  # raised here, or where a hold ends (a worker's start)
 
     previous = {sig: signal.signal(sig, handle) for sig in signals}
 

@@ -14,12 +14,14 @@ fork would lose the child: started, but never handed back to be recorded, signal
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import queue
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
-__all__ = ["Spawner", "in_thread", "spawner", "wait_through"]
+__all__ = ["Spawner", "in_thread", "interruption", "interruptions_held", "spawner", "wait_through"]
 
 _T = TypeVar("_T")
 
@@ -79,23 +81,73 @@ def in_thread(fn: Callable[[], _T]) -> concurrent.futures.Future[_T]:
     return future
 
 
-def wait_through(future: concurrent.futures.Future[_T]) -> tuple[_T, BaseException | None]:
+def wait_through(
+    future: concurrent.futures.Future[_T], *, patience: float | None = None
+) -> tuple[_T, BaseException | None]:
     """The future's result; an exception raised in this thread while waiting (a signal's) waits for it.
+
+    Args:
+        future: the call (a fork) to wait for.
+        patience: after an interruption, how many more seconds to wait for the call (``None``:
+            until it ends); past them the interruption is raised and the call's result is lost.
 
     Returns:
         What the call returned, and the interruption that came meanwhile, or ``None``: the
         caller records the result (a started worker), then raises the interruption.
 
     Raises:
-        BaseException: what the call raised; the interruption instead when both happened.
+        BaseException: what the call raised; the interruption instead when both happened, or
+            when ``patience`` ran out.
     """
     interruption: BaseException | None = None
+    until: float | None = None
     while True:
         try:
-            return future.result(), interruption
+            left = None if until is None else max(0.0, until - time.monotonic())
+            return future.result(left), interruption
         except BaseException as exc:
             if future.done() and future.exception() is exc:  # the call's own failure
                 if interruption is not None:
                     raise interruption from None
                 raise
-            interruption = interruption or exc  # raised here while the call ran: wait for it
+            if interruption is not None and isinstance(exc, TimeoutError) and not future.done():
+                raise interruption from None  # waited long enough
+            if interruption is None:  # raised here while the call ran: wait for it
+                interruption = exc
+                until = None if patience is None else time.monotonic() + patience
+
+
+class _Held:
+    """The main thread's hold on interruptions: depth of :func:`interruptions_held`, the first one held."""
+
+    depth = 0
+    pending: BaseException | None = None
+
+
+def interruption(exc: BaseException) -> None:
+    """What a signal handler calls instead of ``raise exc``: raised now, or held (see below)."""
+    if _Held.depth and threading.current_thread() is threading.main_thread():
+        _Held.pending = _Held.pending or exc
+        return
+    raise exc
+
+
+@contextlib.contextmanager
+def interruptions_held() -> Iterator[None]:
+    """Hold back what signal handlers raise (through :func:`interruption`) until the block ends.
+
+    For a few statements that must not be split (a started worker recorded, its watcher and log
+    readers started): a signal that comes meanwhile is raised when the block ends. Only the main
+    thread's interruptions are held; nest freely.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    _Held.depth += 1
+    try:
+        yield
+    finally:
+        _Held.depth -= 1
+        if not _Held.depth and _Held.pending is not None:
+            pending, _Held.pending = _Held.pending, None
+            raise pending

@@ -69,7 +69,7 @@ from pathlib import Path
 
 from rallypoint.agent import sentinel
 from rallypoint.agent.logs import WorkerLogs
-from rallypoint.agent.spawner import in_thread, spawner, wait_through
+from rallypoint.agent.spawner import in_thread, interruptions_held, spawner, wait_through
 from rallypoint.agent.warm import WarmLauncher, WarmProcess
 from rallypoint.core.errors import RallypointError
 
@@ -83,6 +83,9 @@ __all__ = [
 ]
 
 _PR_SET_PDEATHSIG = 1
+#: Seconds a worker's start in progress is still waited for after a signal (a fork takes
+#: milliseconds; a warm worker forked later still dies with the agent's warm connection).
+FORK_PATIENCE = 10.0
 
 
 def _load_prctl() -> Callable[..., int] | None:
@@ -353,29 +356,33 @@ class WorkerGroup:
         for index, spec in enumerate(spec_list):
             if index == 1 and head_start > 0:
                 time.sleep(head_start)
-            if self.warm is not None:  # forked by the warm process: this process's threads may wait on it
-                started = in_thread(functools.partial(self._spawn_warm, self.warm, spec))
-            else:
-                started = spawner.submit(functools.partial(self._spawn, spec))
             try:  # a signal that comes meanwhile is raised once the started worker is recorded
-                worker, interruption = wait_through(started)
+                if self.warm is not None:
+                    # its imports are waited for here, where a signal interrupts the wait; then
+                    # the fork, in a thread of its own (the warm connection may need the spawner's)
+                    self.warm.wait_ready()
+                    started = in_thread(functools.partial(self._spawn_warm, self.warm, spec))
+                else:
+                    started = spawner.submit(functools.partial(self._spawn, spec))
+                worker, interruption = wait_through(started, patience=FORK_PATIENCE)
             except (OSError, subprocess.SubprocessError) as err:
                 self.stop(grace=0)
                 raise WorkerStartError(spec.rank, spec.argv, err) from err
             except RallypointError:  # the warm process refused or died: all or nothing still
                 self.stop(grace=0)
                 raise
-            with self._cond:
-                self._workers[spec.rank] = worker
-            threading.Thread(
-                target=self._watch, args=(worker,), name=f"rallypoint-worker-{spec.rank}", daemon=True
-            ).start()
-            if self.logs is not None:
-                try:
-                    self.logs.attach(spec.rank, worker.popen.stdout, worker.popen.stderr)
-                except BaseException:
-                    self.stop(grace=0)
-                    raise
+            with interruptions_held():  # a signal now waits until the worker is recorded, watched and read
+                with self._cond:
+                    self._workers[spec.rank] = worker
+                threading.Thread(
+                    target=self._watch, args=(worker,), name=f"rallypoint-worker-{spec.rank}", daemon=True
+                ).start()
+                if self.logs is not None:
+                    try:
+                        self.logs.attach(spec.rank, worker.popen.stdout, worker.popen.stderr)
+                    except Exception:
+                        self.stop(grace=0)
+                        raise
             if interruption is not None:
                 raise interruption
 

@@ -482,6 +482,23 @@ class WarmLauncher:
         with self._lock:
             self._ensure()
 
+    def wait_ready(self) -> None:
+        """Block until the warm process has imported its modules (starting one if none runs).
+
+        :meth:`spawn` waits the same way first; a caller that must stay interruptible while the
+        imports run (the agent's main thread, for signals) waits here, and the spawn that follows
+        is short.
+
+        Raises:
+            WarmRefusedError: a preloaded module failed to import or made forking unsafe.
+            RallypointError: the warm process died, or was not ready in time.
+        """
+        if not self.modules:
+            return
+        with self._lock:
+            conn = self._ensure()
+        conn.wait_ready(READY_TIMEOUT)
+
     def _ensure(self) -> _Connection:
         conn = self._conn
         if conn is not None and not conn.dead and conn.stale is None:
