@@ -231,6 +231,7 @@ class RoundIO:
                     b.add(count_key(action.round), -1)
             return True
         if isinstance(action, CasHeader):
+            self._completed = None  # only this write's outcome may serve as the next view
             header = action.header
             if action.roster:  # the membership goes to its own record first; the header names it
                 digest, value = encode_roster(header.round, action.roster)
