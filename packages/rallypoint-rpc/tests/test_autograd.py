@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -354,3 +354,67 @@ def test_a_broadcast_gradient_is_kept_as_a_writable_contiguous_copy() -> None:
     assert torch.equal(grad, torch.full((3, 4), 2.0))
     ctx.accumulate(leaf, torch.tensor(0.5).expand(3, 4))
     assert torch.equal(ctx.grads[leaf], torch.full((3, 4), 2.5))
+
+
+@contextlib.contextmanager
+def _gradient_messages(group: list[RpcAgent]) -> Iterator[dict[str, int]]:
+    """Count the gradient messages each worker receives (by worker name)."""
+    counts = {agent.info.name: 0 for agent in group}
+    originals = {}
+    for agent in group:
+        originals[agent] = agent._ops["ad_grad"]
+
+        def counted(
+            tree: dict[str, Any], bufs: list[Any], _name: str = agent.info.name, _op: Any = originals[agent]
+        ) -> Any:
+            counts[_name] += 1
+            return _op(tree, bufs)
+
+        agent._ops["ad_grad"] = counted
+    try:
+        yield counts
+    finally:
+        for agent, op in originals.items():
+            agent._ops["ad_grad"] = op
+
+
+@rpc.expose
+def branch(to: str, x: torch.Tensor) -> torch.Tensor:
+    """Uses ``x`` itself and the result of another worker: its backward pass sends to both."""
+    return rpc.rpc_sync(to, linear, args=(x, torch.ones(2, 2))) + 3 * x
+
+
+def test_gradients_for_the_sender_travel_in_the_reply(group: list[RpcAgent]) -> None:
+    """A pass whose gradients all go back to the worker that sent it answers with them: one message per hop."""
+    with use_agent(group[0]):
+        x = torch.randn(3, 4, requires_grad=True)
+        w = torch.randn(4, 2, requires_grad=True)
+        with _gradient_messages(group) as counts, dist_autograd.context() as ctx_id:
+            dist_autograd.backward(ctx_id, [rpc.rpc_sync("w1", linear, args=(x, w)).sum()])
+            grads = dist_autograd.get_gradients(ctx_id)
+        assert counts == {"w0": 0, "w1": 1, "w2": 0}  # w1's gradients of x and w came back in its reply
+        torch.testing.assert_close(grads[x], torch.ones(3, 2) @ w.detach().T)
+        torch.testing.assert_close(grads[w], x.detach().T @ torch.ones(3, 2))
+
+        with _gradient_messages(group) as counts, dist_autograd.context() as ctx_id:
+            out = rpc.rpc_sync("w1", relay, args=("w2", x, torch.ones(4, 2)))  # w0 -> w1 -> w2
+            dist_autograd.backward(ctx_id, [out.sum()])
+            got = dist_autograd.get_gradients(ctx_id)[x]
+        assert counts == {"w0": 0, "w1": 1, "w2": 1}  # w2 answers w1, whose resumed pass answers w0
+        ref = x.detach().clone().requires_grad_()
+        (2 * (torch.tanh(ref) @ torch.ones(4, 2))).sum().backward()
+        torch.testing.assert_close(got, ref.grad)
+
+
+def test_a_pass_that_branches_out_sends_every_gradient_on_its_own(group: list[RpcAgent]) -> None:
+    """w1's pass sends to w0 (its sender) and to w2: the gradient for w0 does not wait for w2's branch."""
+    with use_agent(group[0]):
+        x = torch.randn(2, 2, requires_grad=True)
+        with _gradient_messages(group) as counts, dist_autograd.context() as ctx_id:
+            out = rpc.rpc_sync("w1", branch, args=("w2", x))
+            dist_autograd.backward(ctx_id, [out.sum()])
+            got = dist_autograd.get_gradients(ctx_id)[x]
+        # w0 gets 3 * ones in a message of its own; w2's share comes back to w1 in w2's reply and
+        # from w1 to w0 in w1's reply
+        assert counts == {"w0": 1, "w1": 1, "w2": 1}
+        torch.testing.assert_close(got, torch.full((2, 2), 5.0))

@@ -330,14 +330,14 @@ class RpcAgent:
 
                 with serving(self, tree["ad"], src):
                     return self._reply(src, op(tree, bufs))
-            return self._reply(src, op(tree, bufs))
+            return self._reply(src, op(tree, bufs), broadcasts=tree.get("op") == "ad_grad")
         except BaseException as exc:  # noqa: BLE001 - every failure goes back to the caller
             return pack_parts(dumps_tree({"err": describe_exception(exc, self.info.name)}))
         finally:
             CURRENT_AGENT.reset(token)
 
-    def _reply(self, src: str, result: Any) -> list[Any]:
-        enc = Encoder(allow_pickle=self.allow_pickle)
+    def _reply(self, src: str, result: Any, *, broadcasts: bool = False) -> list[Any]:
+        enc = Encoder(allow_pickle=self.allow_pickle, broadcasts=broadcasts)
         tree = {"ok": enc.add(result)}
         if enc.out.rrefs:
             self._grant(enc.out.rrefs, src, self.timeout or None)
@@ -395,11 +395,11 @@ class RpcAgent:
     def _op_fetch(self, tree: dict[str, Any], bufs: list[Any]) -> Any:
         return self._owned_value(tree)
 
-    def _op_autograd(self, tree: dict[str, Any], bufs: list[Any]) -> None:
+    def _op_autograd(self, tree: dict[str, Any], bufs: list[Any]) -> Any:
         from rallypoint.rpc import autograd
 
         grad = self.decoder.decode(tree["grad"], bufs) if "grad" in tree else None
-        autograd.handle(self, tree, grad)
+        return autograd.handle(self, tree, grad)  # gradients for the sender travel in the reply
 
     def _op_incref(self, tree: dict[str, Any], bufs: list[Any]) -> None:
         self.owned.incref(str(tree.get("rref")), _count(tree))

@@ -277,8 +277,17 @@ def backward(context_id: int, roots: Sequence[torch.Tensor], retain_graph: bool 
 
 
 # ------------------------------------------------------------------------------------ machinery
-def run_backward(ctx: DistContext, roots: list[torch.Tensor], grads: list[torch.Tensor]) -> None:
-    """Backward from ``roots`` on this worker; returns when every gradient message it sent is done."""
+def run_backward(
+    ctx: DistContext, roots: list[torch.Tensor], grads: list[torch.Tensor], reply_to: str | None = None
+) -> list[dict[str, Any]]:
+    """Backward from ``roots`` on this worker; returns when every gradient message it sent is done.
+
+    ``reply_to``: the worker whose gradient message started this pass. When every gradient
+    message of the pass goes to that worker, none is sent: they are returned (``{"ctx", "send",
+    "grad"}`` entries) to travel in the reply, and the worker resumes its pass from them when the
+    reply comes (see :func:`resume_returned`). That saves two messages per hop back (the
+    gradient's own call and its reply) in every chain of workers.
+    """
     outputs, grad_outputs = [], []
     for root, grad in zip(roots, grads, strict=True):
         if root.grad_fn is None:
@@ -288,9 +297,9 @@ def run_backward(ctx: DistContext, roots: list[torch.Tensor], grads: list[torch.
         outputs.append(root)
         grad_outputs.append(grad)
     if not outputs:
-        return
+        return []
     leaves = _leaves(outputs)
-    outbox = _Outbox()
+    outbox = _Outbox(reply_to)
     previous = getattr(_LOCAL, "outbox", None)
     _LOCAL.outbox = outbox
     try:
@@ -303,6 +312,7 @@ def run_backward(ctx: DistContext, roots: list[torch.Tensor], grads: list[torch.
     for leaf, grad in zip(leaves, computed, strict=True):
         if grad is not None and not getattr(leaf, _MARK, False):
             ctx.accumulate(leaf, grad)
+    return outbox.returned
 
 
 class _Outbox:
@@ -310,44 +320,99 @@ class _Outbox:
 
     Each message leaves as soon as the next one is made (they run in parallel); the last one
     when the local pass is done. When that one is the only message, it is sent and waited for
-    in this thread (``RpcAgent.call``: its reply wakes no other thread).
+    in this thread (``RpcAgent.call``: its reply wakes no other thread). Messages to
+    ``reply_to`` are kept back while every message goes there: they are then :attr:`returned`
+    for the reply instead (a message to any other worker sends them too, at once, so no
+    branch of the pass waits for another).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, reply_to: str | None = None) -> None:
         self.held: tuple[Any, Any, dict[str, Any], dict[str, Any], str] | None = None
         self.sent: list[Any] = []
+        self.reply_to = reply_to
+        self.returned: list[dict[str, Any]] = []
+        self._kept: list[tuple[Any, Any, dict[str, Any], dict[str, Any], str]] = []
 
     def add(self, agent: Any, peer: Any, header: dict[str, Any], values: dict[str, Any], what: str) -> None:
         """A gradient message of this pass (the one held before leaves now)."""
+        message = (agent, peer, header, values, what)
+        if peer.name == self.reply_to and self.held is None and not self.sent:
+            self._kept.append(message)
+            return
+        for kept in self._kept:  # the pass branches out: every message goes on its own
+            self._send(kept)
+        self._kept.clear()
         self._flush()
-        self.held = (agent, peer, header, values, what)
+        self.held = message
+
+    def _send(self, message: tuple[Any, Any, dict[str, Any], dict[str, Any], str]) -> None:
+        agent, peer, header, values, what = message
+        # the default RPC timeout: it covers the backward pass this message starts on every worker
+        self.sent.append((agent, agent.send(peer, header, values, None, what, broadcasts=True)))
 
     def _flush(self) -> None:
         held, self.held = self.held, None
         if held is not None:
-            agent, peer, header, values, what = held
-            # the default RPC timeout: it covers the backward pass this message starts on every worker
-            self.sent.append(agent.send(peer, header, values, None, what, broadcasts=True))
+            self._send(held)
 
     def finish(self) -> BaseException | None:
-        """Send what is held and wait for every message; returns the first failure (``None``: all done)."""
+        """Send what is held and wait for every message; returns the first failure (``None``: all done).
+
+        Gradients that come back in a reply are resumed from here, in this thread.
+        """
         first: BaseException | None = None
+        if self._kept:  # every message of the pass goes to reply_to: they travel in the reply
+            self.returned = [{"ctx": h["ctx"], "send": h["send"], "grad": v["grad"]} for _, _, h, v, _ in self._kept]
+            self._kept.clear()
+            return None
         held = self.held
         try:
             if held is not None and not self.sent:
                 self.held = None
                 agent, peer, header, values, what = held
-                agent.call(peer, header, values, None, what, broadcasts=True)
+                reply = agent.call(peer, header, values, None, what, broadcasts=True)
+                self.returned += resume_returned(agent, reply, self.reply_to)
             else:
                 self._flush()
         except BaseException as exc:  # noqa: BLE001 - the first failure is raised once all are done
             first = exc
-        for fut in self.sent:
+        for agent, fut in self.sent:
             try:
-                fut.wait()
+                self.returned += resume_returned(agent, fut.wait(), self.reply_to)
             except BaseException as exc:  # noqa: BLE001 - the first failure is raised once all are done
                 first = first or exc
         return first
+
+
+def resume_returned(agent: Any, returned: Any, reply_to: str | None = None) -> list[dict[str, Any]]:
+    """Resume the backward pass here from the gradients a reply brought back (see :func:`run_backward`).
+
+    ``returned``: the reply of a gradient message: ``None``, or ``{"ctx", "send", "grad"}`` entries.
+    Returns the gradients for ``reply_to`` that the resumed passes kept back in turn.
+    """
+    if returned is None:
+        return []
+    if not isinstance(returned, list):
+        raise SerializationError(f"malformed reply to a gradient message received by {agent.info.name}")
+    back: list[dict[str, Any]] = []
+    for entry in returned:
+        if not isinstance(entry, dict):
+            raise SerializationError(f"malformed reply to a gradient message received by {agent.info.name}")
+        ctx, sent, grad = _gradient_for(agent, entry.get("ctx"), entry.get("send"), entry.get("grad"))
+        back += run_backward(ctx, [sent], [grad], reply_to)
+    return back
+
+
+def _gradient_for(agent: Any, ctx_id: Any, send_id: Any, grad: Any) -> tuple[DistContext, torch.Tensor, torch.Tensor]:
+    """The context, the recorded tensor and the gradient (checked) of one gradient for ``send_id``."""
+    if not isinstance(ctx_id, int) or isinstance(ctx_id, bool):
+        raise SerializationError(f"malformed autograd message received by {agent.info.name}")
+    ctx = table(agent).get(ctx_id)
+    with ctx.lock:
+        sent = ctx.sends.get(send_id) if isinstance(send_id, int) else None
+    if sent is None or not isinstance(grad, torch.Tensor) or grad.shape != sent.shape:
+        raise SerializationError(f"gradient for unknown tensor {send_id!r} of context {ctx_id} on {agent.info.name}")
+    return ctx, sent, grad.to(device=sent.device, dtype=sent.dtype)
 
 
 def _leaves(outputs: list[torch.Tensor]) -> list[torch.Tensor]:
@@ -391,7 +456,7 @@ def _send_gradient(ctx: DistContext, sender: str, send_id: int, grad: torch.Tens
     what = f"backward of context {ctx.id} (gradient to {sender})"
     outbox: _Outbox | None = getattr(_LOCAL, "outbox", None)
     if outbox is None:  # run by a thread of the autograd engine: wait here (the default RPC timeout)
-        agent.call(peer, header, values, None, what, broadcasts=True)
+        resume_returned(agent, agent.call(peer, header, values, None, what, broadcasts=True))
     else:
         outbox.add(agent, peer, header, values, what)
 
@@ -432,23 +497,22 @@ def serving(agent: Any, ctx_id: Any, src: str) -> Iterator[None]:
         ACTIVE.reset(token)
 
 
-def handle(agent: Any, tree: dict[str, Any], grad: Any) -> None:
-    """Run an ``ad_grad`` (resume the backward pass here) or ``ad_release`` message."""
+def handle(agent: Any, tree: dict[str, Any], grad: Any) -> list[dict[str, Any]] | None:
+    """Run an ``ad_grad`` (resume the backward pass here) or ``ad_release`` message.
+
+    Returns what the reply carries: the gradients for the sender that the pass kept back (see
+    :func:`run_backward`).
+    """
     contexts = table(agent)
     ctx_id = tree.get("ctx")
     if not isinstance(ctx_id, int) or isinstance(ctx_id, bool):
         raise SerializationError(f"malformed autograd message received by {agent.info.name}")
     if tree.get("op") == "ad_release":
         contexts.release(ctx_id, str(tree.get("src")))
-        return
-    ctx = contexts.get(ctx_id)
-    send_id = tree.get("send")
-    with ctx.lock:
-        sent = ctx.sends.get(send_id) if isinstance(send_id, int) else None
-    if sent is None or not isinstance(grad, torch.Tensor) or grad.shape != sent.shape:
-        raise SerializationError(f"gradient for unknown tensor {send_id!r} of context {ctx_id} on {agent.info.name}")
+        return None
+    ctx, sent, grad = _gradient_for(agent, ctx_id, tree.get("send"), grad)
     try:
-        run_backward(ctx, [sent], [grad.to(device=sent.device, dtype=sent.dtype)])
+        return run_backward(ctx, [sent], [grad], reply_to=str(tree.get("src"))) or None
     except UnavailableInBackward:
         contexts.release(ctx_id, None)
         raise
