@@ -221,3 +221,43 @@ def test_the_first_write_of_a_run_is_one_request(etcd_options: EtcdOptions) -> N
         assert dict(client.requests) == {"transaction": 1}
     finally:
         backend.close()
+
+
+def test_the_last_node_to_shut_down_removes_the_runs_keys(etcd_options: EtcdOptions) -> None:
+    """``shutdown(close=True)`` of a handler that opened its backend closes it: the last one out revokes the run.
+
+    The backends were closed only at interpreter exit, so a closed job's keys stayed for as long
+    as the process that ran it (a torchrun agent, a notebook) lived on.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    from rallypoint.rendezvous.config import RendezvousSection
+    from rallypoint.rendezvous.handler import RendezvousHandler, default_node
+
+    run_id = f"close-{uuid.uuid4().hex[:8]}"
+    section = RendezvousSection(
+        backend="etcd",
+        run_id=run_id,
+        join_timeout=30,
+        last_call_timeout=0.5,
+        options={"endpoints": etcd_options.endpoints, "namespace": etcd_options.namespace, "retry_timeout": 5},
+    )
+    handlers = [
+        RendezvousHandler.from_config(
+            section, default_node(node_id=f"n{i}", addr="127.0.0.1"), min_nodes=2, max_nodes=2
+        )
+        for i in range(2)
+    ]
+    with ThreadPoolExecutor(2) as pool:
+        results = list(pool.map(lambda h: h.next_rendezvous(), handlers))
+    assert sorted(r.group_rank for r in results) == [0, 1]
+    client = EtcdClient(etcd_options)
+    try:
+        base = etcd_options.base_key(run_id)
+        assert client.get_prefix(base)[0], "the round left no keys to remove"
+        handlers[0].shutdown(close=True)
+        assert client.get_prefix(base)[0], "the other node is still there: the run stays"
+        handlers[1].shutdown(close=True)
+        assert client.get_prefix(base)[0] == {}
+    finally:
+        client.close()

@@ -129,6 +129,7 @@ class RendezvousHandler:
         fingerprint: what this job runs (JSON values; e.g. entry point, arguments, node range).
             The job's first node publishes it; a node whose fingerprint differs is refused with
             :class:`~rallypoint.rendezvous.errors.RendezvousJobMismatchError`. ``None``: not checked.
+        owns_backend: :meth:`shutdown` closes ``backend`` (``False``: whoever opened it closes it).
     """
 
     def __init__(
@@ -143,8 +144,10 @@ class RendezvousHandler:
         clock: Callable[[], float] = time.monotonic,
         incarnation: str | None = None,
         fingerprint: Mapping[str, Any] | None = None,
+        owns_backend: bool = False,
     ) -> None:
         self.backend = backend
+        self._owns_backend = owns_backend
         self.timeouts = timeouts or RendezvousTimeouts()
         self.settings = Settings(min_nodes, max_nodes, self.timeouts, backend.run_id)
         self._fixed_port = node.master_port
@@ -191,7 +194,14 @@ class RendezvousHandler:
         """
         backend = open_backend(selection, run_id)
         return cls(
-            backend, node, min_nodes=min_nodes, max_nodes=max_nodes, timeouts=timeouts, pm=pm, fingerprint=fingerprint
+            backend,
+            node,
+            min_nodes=min_nodes,
+            max_nodes=max_nodes,
+            timeouts=timeouts,
+            pm=pm,
+            fingerprint=fingerprint,
+            owns_backend=True,
         )
 
     @classmethod
@@ -401,7 +411,11 @@ class RendezvousHandler:
     def shutdown(self, *, close: bool = False) -> bool:
         """Leave: stop heartbeats and withdraw this node (and close the job when ``close``).
 
-        Leaving a running round opens the next one, so the other members notice. Idempotent.
+        Leaving a running round opens the next one, so the other members notice. A backend the
+        handler opened itself (:meth:`from_selection`, :meth:`from_config`, torchrun's handlers)
+        is closed last: its connections end, and a backend that cleans up after a closed job
+        (etcd: the last client out revokes the run's keys) does so now, not at process exit.
+        Idempotent.
 
         Returns:
             True (the torch handler contract).
@@ -423,6 +437,9 @@ class RendezvousHandler:
                         self.io.apply(action)
                     self.io.withdraw()
             self.backend.delete(heartbeat_key(self.node_id))
+        if self._owns_backend:
+            with contextlib.suppress(Exception):
+                self.backend.close()
         return True
 
     @property

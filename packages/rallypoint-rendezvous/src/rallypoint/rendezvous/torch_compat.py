@@ -220,6 +220,7 @@ def torch_handler_creator(
             min_nodes=params.min_nodes,
             max_nodes=params.max_nodes,
             timeouts=_timeouts(params),
+            owns_backend=True,
         )
         return TorchRendezvousHandler(handler, name)
 
