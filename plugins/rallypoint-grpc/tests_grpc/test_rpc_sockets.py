@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 import socket
+import subprocess
+import sys
+import tempfile
 import threading
 import time
 from typing import Any
@@ -216,3 +220,35 @@ def test_a_peer_whose_sockets_cannot_be_reached_is_called_over_grpc(monkeypatch:
         address = agents[1].info.address
         assert address in agents[0].transport._connections  # type: ignore[attr-defined]
         assert agents[0].transport._connections[address] is None  # type: ignore[attr-defined]
+
+
+def test_socket_directories_of_killed_workers_are_removed_by_the_next_worker(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker killed with SIGKILL cannot remove its Unix socket's directory; the next one on the host does."""
+    import shutil
+    from pathlib import Path
+
+    from rallypoint_grpc.rpc_socket import SocketServer
+
+    base = Path(tempfile.mkdtemp(prefix="rp-sweep-", dir="/tmp"))  # short: socket paths are limited
+    try:
+        dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+        stale = base / f"rallypoint-rpc-p{int(dead.stdout)}-abc123"
+        live = base / f"rallypoint-rpc-p{os.getpid()}-def456"
+        unrelated = base / "rallypoint-rpc-ghi789"  # no pid in the name (made before names carried one)
+        for d in (stale, live, unrelated):
+            d.mkdir()
+            (d / "s").write_text("")
+        monkeypatch.setattr(tempfile, "gettempdir", lambda: str(base))
+        server = SocketServer(lambda frame: [b""], g.TOKEN, 1 << 20)
+        try:
+            path = server.listen_unix()
+        finally:
+            server.close(0)
+        assert path is not None
+        assert Path(path).parent.parent == base
+        assert Path(path).parent.name.startswith(f"rallypoint-rpc-p{os.getpid()}-")
+        assert not stale.exists()
+        assert live.exists()
+        assert unrelated.exists()
+    finally:
+        shutil.rmtree(base, ignore_errors=True)

@@ -149,16 +149,22 @@ def _sweep_markers(directory: Path) -> None:
         if not NAME_RE.match(path.name):
             continue
         pid = int(path.name.rsplit("-p", 1)[1].removesuffix(".marker"))
-        try:
-            os.kill(pid, 0)
+        if not process_gone(pid):
             continue  # alive (or not ours to signal: leave it)
-        except ProcessLookupError:
-            pass
-        except OSError:
-            continue
         with contextlib.suppress(OSError):
             if path.lstat().st_uid == os.getuid():
                 path.unlink()
+
+
+def process_gone(pid: int) -> bool:
+    """Whether no process ``pid`` exists (``False`` when it runs, or when we may not signal it)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        return False
+    return False
 
 
 def _unlink(path: Path) -> None:

@@ -24,15 +24,18 @@ from __future__ import annotations
 import contextlib
 import hmac
 import os
+import re
 import shutil
 import socket
 import struct
 import tempfile
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 from rallypoint.rpc.transport import Handler
+from rallypoint_grpc.rpc_shm import process_gone
 
 __all__ = ["HEAD", "MAGIC", "MAX_TOKEN", "REFUSED", "REPLY", "REQUEST", "ProtocolError", "SocketServer", "send_all"]
 
@@ -49,6 +52,8 @@ _MAX_THREADS = 256
 _SPARE = 8
 _IOV_MAX = 512
 _UNIX_BUF = 4 << 20
+#: A Unix socket directory: ``rallypoint-rpc-p<pid>-<random>`` (the pid of the worker that made it).
+_DIR_RE = re.compile(r"^rallypoint-rpc-p([0-9]{1,10})-[A-Za-z0-9_]+$")
 
 
 class ProtocolError(Exception):
@@ -107,8 +112,9 @@ class SocketServer:
         base = tempfile.gettempdir()
         if len(base) > 60:
             base = "/tmp"
+        sweep_socket_dirs(base)
         try:
-            self._dir = tempfile.mkdtemp(prefix="rallypoint-rpc-", dir=base)
+            self._dir = tempfile.mkdtemp(prefix=f"rallypoint-rpc-p{os.getpid()}-", dir=base)
             path = os.path.join(self._dir, "s")
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             sock.bind(path)
@@ -163,6 +169,21 @@ class SocketServer:
             conn.close()
         if self._dir is not None:
             shutil.rmtree(self._dir, ignore_errors=True)
+
+
+def sweep_socket_dirs(base: str) -> None:
+    """Remove the socket directories of this user's workers that are gone (killed before they could).
+
+    Each directory is named after its worker's pid (``rallypoint-rpc-p<pid>-<random>``); one whose
+    process no longer exists goes. A live process's directory, or another user's, is left alone.
+    """
+    for path in Path(base).glob("rallypoint-rpc-p*-*"):
+        match = _DIR_RE.match(path.name)
+        if match is None or not process_gone(int(match.group(1))):
+            continue
+        with contextlib.suppress(OSError):
+            if path.is_dir() and not path.is_symlink() and path.lstat().st_uid == os.getuid():
+                shutil.rmtree(path, ignore_errors=True)
 
 
 class _ServerConnection:
