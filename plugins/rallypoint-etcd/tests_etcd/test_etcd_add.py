@@ -261,3 +261,34 @@ def test_the_last_node_to_shut_down_removes_the_runs_keys(etcd_options: EtcdOpti
         assert client.get_prefix(base)[0] == {}
     finally:
         client.close()
+
+
+def test_a_join_is_one_transaction(etcd_options: EtcdOptions) -> None:
+    """A node's join (its record created only if absent, then the round's counter) is one request.
+
+    It was a compare-and-set and then an add: two transactions, two raft commits per node.
+    """
+    from rallypoint.rendezvous.actions import Settings, WriteJoin
+    from rallypoint.rendezvous.keyspace import NodeInfo
+    from rallypoint.rendezvous.round_io import RoundIO
+    from rallypoint.rendezvous.state import RendezvousStateMachine
+    from rallypoint.rendezvous.timeouts import RendezvousTimeouts
+
+    client = CountingClient(etcd_options)
+    backend = EtcdBackend(_run_id(), etcd_options, client=client)
+    try:
+        for name in ("a", "b"):
+            machine = RendezvousStateMachine(
+                NodeInfo(node_id=name, host="h", addr="127.0.0.1"),
+                f"inc-{name}",
+                Settings(1, 4, RendezvousTimeouts(), backend.run_id),
+            )
+            client.requests.clear()
+            assert RoundIO(backend, machine).apply(WriteJoin(0, machine.record_for(0)))
+            assert dict(client.requests) == {"transaction": 1}
+        entry = backend.get("round/count/0")
+        assert entry is not None
+        assert entry.value == 2
+        assert sorted(backend.list("join/0/")) == ["join/0/a", "join/0/b"]
+    finally:
+        backend.close()

@@ -24,7 +24,8 @@ that same range (``#`` and ``$`` are no key characters, so it holds the key and 
 only) and returns the sum; arrivals older than the key itself (left by a key that expired) do
 not count. ``set``, compare-and-set and ``delete`` remove the arrivals in the same transaction
 that writes the key. An add that finds more than :data:`FOLD_AT` arrivals folds them into the key
-(one compare-and-set, skipped when another write came first).
+(one compare-and-set, skipped when another write came first). ``create_and_add`` (a node's join)
+nests such an add in the transaction that creates a key only if it is absent.
 
 Key lifetime: every key of the run is attached to one *run lease* of ``key_ttl`` seconds that
 each open client keeps alive. Its id is derived from the run's key prefix, so every client knows
@@ -306,6 +307,36 @@ class EtcdBackend:
         if arrivals > FOLD_AT:
             self._fold(key, entry)
         return int(entry.value)
+
+    def create_and_add(
+        self, key: str, value: JSONValue, counter: str, amount: int = 1
+    ) -> tuple[bool, Entry | None, int]:
+        """See :class:`~rallypoint.rendezvous.backend.SupportsCreateAndAdd`: one transaction (a node's join).
+
+        The compare-and-set of ``key``'s absence with :meth:`add` nested in it: sent again after a
+        lost answer, it finds ``key`` there and adds nothing.
+        """
+        k, c, data = self._kv + check_key(key), self._kv + check_key(counter), _dump(value)
+        amount = int(amount)
+        arrival = f"{c}{_ARRIVAL}{uuid.uuid4().hex[:16]}"
+        revision, kvs = self._write(
+            f"join {k}",
+            lambda lease: self.client.create_and_add(
+                k, data, c, arrival, _dump(amount), zero=b"0", lease=lease, key_end=k + _END, counter_end=c + _END
+            ),
+            None,
+        )
+        if not revision:
+            found = self._entries(kvs).get(key)
+            return False, None if found is None else found[0], 0
+        entry, arrivals = self._entries(kvs)[counter]
+        if not isinstance(entry.value, int) or isinstance(entry.value, bool):
+            self._retry(f"delete {arrival}", lambda: self.client.delete(arrival))
+            self._retry(f"delete {k}", lambda: self.client.delete(k, mod_revision=revision))
+            raise TypeError(f"rendezvous key {counter!r} holds {entry.value!r}, not an integer; cannot add to it")
+        if arrivals > FOLD_AT:
+            self._fold(counter, entry)
+        return True, None, int(entry.value)
 
     def _fold(self, key: str, entry: Entry) -> None:
         """Replace the key's arrivals by their sum (once; a concurrent write wins, and the next add folds)."""

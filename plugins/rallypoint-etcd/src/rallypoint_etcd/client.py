@@ -300,6 +300,44 @@ class EtcdClient:
         resp = self._txn(exists, success, failure)
         return _kvs(resp.responses[-1].response_range.kvs)
 
+    def create_and_add(
+        self,
+        key: str,
+        value: bytes,
+        counter: str,
+        arrival: str,
+        amount: bytes,
+        *,
+        zero: bytes,
+        lease: int | None,
+        key_end: str,
+        counter_end: str,
+    ) -> tuple[int, dict[str, KV]]:
+        """Create ``key`` if absent and then add to ``counter`` (as :meth:`add_arrival`), in one transaction.
+
+        The add is a transaction nested in the one that compares ``key``'s absence, so both
+        happen, or neither.
+
+        Returns:
+            ``(revision of the write, [counter, counter_end) after it)`` when ``key`` was created,
+            else ``(0, [key, key_end))``.
+        """
+        exists = [_compare(counter, "CREATE", 0, "GREATER")]
+        add = etcd3.etcdrpc.TxnRequest(
+            compare=exists,
+            success=[_put_op(arrival, amount, lease), _put_op(counter, None, None), _range_op(counter, counter_end)],
+            failure=[_put_op(counter, zero, lease), _put_op(arrival, amount, lease), _range_op(counter, counter_end)],
+        )
+        resp = self._txn(
+            [_compare(key, "CREATE", 0)],
+            [_put_op(key, value, lease), etcd3.etcdrpc.RequestOp(request_txn=add)],
+            [_range_op(key, key_end)],
+        )
+        if not resp.succeeded:
+            return 0, _kvs(resp.responses[0].response_range.kvs)
+        nested = resp.responses[1].response_txn
+        return int(resp.header.revision), _kvs(nested.responses[-1].response_range.kvs)
+
     def delete(self, key: str, *, end: str | None = None, mod_revision: int | None = None) -> bool:
         """Delete ``key`` (with ``end``: the keys in ``[key, end)``), only at ``mod_revision`` when given.
 

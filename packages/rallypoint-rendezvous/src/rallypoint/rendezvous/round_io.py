@@ -13,7 +13,7 @@ import socket
 from dataclasses import dataclass, replace
 from typing import Any
 
-from rallypoint.rendezvous.backend import Entry, RendezvousBackend, Version
+from rallypoint.rendezvous.backend import Entry, RendezvousBackend, Version, create_and_add
 from rallypoint.rendezvous.errors import RendezvousStateError
 from rallypoint.rendezvous.keyspace import roster_key, roster_prefix
 from rallypoint.rendezvous.roster import ROSTERS, Roster, encode_roster
@@ -214,11 +214,8 @@ class RoundIO:
         b = self.backend
         if isinstance(action, WriteJoin):
             key = join_key(action.round, self.machine.node_id)
-            written, _ = b.compare_and_set(key, action.record.to_json(), version=None)
-            count = 0
-            if written:
-                count = b.add(count_key(action.round), 1)
-            else:  # a record of an earlier incarnation (or attempt): replace it, already counted
+            written, _, count = create_and_add(b, key, action.record.to_json(), count_key(action.round), 1)
+            if not written:  # a record of an earlier incarnation (or attempt): replace it, already counted
                 b.set(key, action.record.to_json())
                 entry = b.get(count_key(action.round))  # drive the round if the count stands at min or max
                 count = entry.value if entry is not None and isinstance(entry.value, int) else 0

@@ -60,7 +60,7 @@ from typing import Any
 
 import pytest
 
-from rallypoint.rendezvous.backend import RendezvousBackend
+from rallypoint.rendezvous.backend import RendezvousBackend, create_and_add
 from rallypoint.rendezvous.errors import RendezvousClosedError, RendezvousTimeoutError
 from rallypoint.rendezvous.handler import RendezvousHandler, RendezvousResult
 from rallypoint.rendezvous.state import NodeInfo
@@ -156,6 +156,16 @@ def _cas_incrementer(factory: Factory, run_id: str, rounds: int, out: Any) -> No
 def _adder(factory: Factory, run_id: str, rounds: int, out: Any) -> None:
     backend = factory(run_id)
     out.put([backend.add("sum", 1) for _ in range(rounds)])
+
+
+def _joiner(factory: Factory, run_id: str, rounds: int, out: Any) -> None:
+    backend = factory(run_id)
+    counts = []
+    for _ in range(rounds):
+        created, _, count = create_and_add(backend, f"joined/{uuid.uuid4().hex}", "me", "joins", 1)
+        assert created
+        counts.append(count)
+    out.put(counts)
 
 
 def _sequential_writer(factory: Factory, run_id: str, n: int) -> None:
@@ -342,6 +352,25 @@ class BackendConformance:
         backend.set("text", "x")
         with pytest.raises(TypeError, match="not an integer"):
             backend.add("text")
+
+    def test_create_and_add(self, backend: RendezvousBackend) -> None:
+        """A join: the key is created and the counter counts it, once (native or in two steps)."""
+        assert create_and_add(backend, "join/1/a", {"n": "a"}, "count/1") == (True, None, 1)
+        again, there, count = create_and_add(backend, "join/1/a", {"n": "other"}, "count/1")
+        assert (again, count) == (False, 0)
+        assert there is not None
+        assert there.value == {"n": "a"}
+        assert create_and_add(backend, "join/1/b", {"n": "b"}, "count/1", 2) == (True, None, 3)
+        entry = backend.get("count/1")
+        assert entry is not None
+        assert entry.value == 3
+        backend.set("text", "x")
+        with pytest.raises(TypeError, match="not an integer"):
+            create_and_add(backend, "join/1/c", {"n": "c"}, "text")
+        assert backend.get("join/1/c") is None  # nothing written
+        text = backend.get("text")
+        assert text is not None
+        assert text.value == "x"
 
     def test_delete(self, backend: RendezvousBackend) -> None:
         assert not backend.delete("none")
@@ -661,6 +690,19 @@ class MultiProcessBackendConformance(BackendConformance):
         for p in procs:
             p.join(30)
         assert sorted(seen) == list(range(1, 30 * len(procs) + 1))
+
+    def test_create_and_add_between_processes(self, backend_factory: Factory, run_id: str) -> None:
+        ctx = _ctx()
+        out = ctx.Queue()
+        factory = _Portable(backend_factory)
+        procs = [ctx.Process(target=_joiner, args=(factory, run_id, 15, out)) for _ in range(self.processes)]
+        for p in procs:
+            p.start()
+        seen = [v for lst in _collect(out, len(procs), procs=procs) for v in lst]
+        for p in procs:
+            p.join(30)
+        assert sorted(seen) == list(range(1, 15 * len(procs) + 1)), "two joins got the same count"
+        assert len(backend_factory(run_id).list("joined/")) == 15 * len(procs)
 
     def test_writes_seen_in_order_from_another_process(self, backend_factory: Factory, run_id: str) -> None:
         ctx = _ctx()
