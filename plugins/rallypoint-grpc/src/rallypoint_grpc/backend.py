@@ -27,7 +27,7 @@ from typing import Any
 
 import grpc
 
-from rallypoint.rendezvous.backend import Entry, JSONValue, Version, check_key
+from rallypoint.rendezvous.backend import Entry, JSONValue, Version, check_key, create_and_add_in_two_steps
 from rallypoint.rendezvous.errors import RendezvousBackendError
 from rallypoint_grpc._proto import rendezvous_pb2 as pb
 from rallypoint_grpc._proto import rendezvous_pb2_grpc as pb_grpc
@@ -56,6 +56,10 @@ def _dump(value: JSONValue) -> str:
         return json.dumps(value, separators=(",", ":"), allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise TypeError(f"rendezvous values must be JSON values, got {type(value).__name__}: {exc}") from exc
+
+
+class _Unimplemented(RendezvousBackendError):
+    """The server does not know the call (it runs an older version of the service)."""
 
 
 def _entry(reply: Any) -> Entry | None:
@@ -100,6 +104,7 @@ class GrpcBackend:
         self._metadata = token_metadata(token)
         self._tls = tls
         self._max = max_message_bytes
+        self._two_step_joins = False  # the server lacks CreateAndAdd
         get_channel(endpoint, tls, max_message_bytes=max_message_bytes)  # starts connecting
 
     @property
@@ -126,6 +131,8 @@ class GrpcBackend:
                 f"{where} unreachable for {self.retry_timeout:g} s ({details}); is the server (or the agent that "
                 f"hosts it) running, and is the address reachable from this host?"
             )
+        if code == grpc.StatusCode.UNIMPLEMENTED:
+            return _Unimplemented(f"{where}: the server does not offer {op} (an older version)")
         if code == grpc.StatusCode.DEADLINE_EXCEEDED:
             return RendezvousBackendError(f"{where} did not answer within {self.call_timeout:g} s (call_timeout)")
         return RendezvousBackendError(f"{where} failed: {code.name}: {details}")
@@ -174,6 +181,31 @@ class GrpcBackend:
         """See :meth:`RendezvousBackend.add`."""
         request = pb.AddRequest(space=self.run_id, key=check_key(key), amount=int(amount), request_id=uuid.uuid4().hex)
         return int(self._call("Add", request).total)
+
+    def create_and_add(
+        self, key: str, value: JSONValue, counter: str, amount: int = 1
+    ) -> tuple[bool, Entry | None, int]:
+        """See :class:`~rallypoint.rendezvous.backend.SupportsCreateAndAdd`: one call (a node's join).
+
+        A server of a version without the call (``UNIMPLEMENTED``) gets the two calls instead,
+        from then on.
+        """
+        if self._two_step_joins:
+            return create_and_add_in_two_steps(self, key, value, counter, amount)
+        request = pb.CreateAndAddRequest(
+            space=self.run_id,
+            key=check_key(key),
+            value=_dump(value),
+            counter=check_key(counter),
+            amount=int(amount),
+            request_id=uuid.uuid4().hex,
+        )
+        try:
+            reply = self._call("CreateAndAdd", request)
+        except _Unimplemented:
+            self._two_step_joins = True
+            return create_and_add_in_two_steps(self, key, value, counter, amount)
+        return bool(reply.created), _entry(reply), int(reply.total)
 
     def delete(self, key: str, *, version: Version | None = None) -> bool:
         """See :meth:`RendezvousBackend.delete`."""

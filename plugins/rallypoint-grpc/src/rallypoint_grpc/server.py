@@ -98,6 +98,16 @@ class RendezvousService(pb_grpc.RendezvousServicer):
         )
         return pb.AddReply(total=total)
 
+    async def CreateAndAdd(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        """See the .proto file."""
+        created, current, total = await self._run(
+            context,
+            lambda: self.store.create_and_add(
+                request.space, request.key, request.value, request.counter, request.amount, request.request_id
+            ),
+        )
+        return pb.CreateAndAddReply(created=created, entry=_entry(current), total=total)
+
     async def Delete(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         """See the .proto file."""
         version = request.version if request.HasField("version") else None

@@ -324,6 +324,45 @@ class Store:
 
         return int(self._once(request_id, apply))
 
+    def create_and_add(
+        self, name: str, key: str, text: str, counter: str, amount: int, request_id: str = ""
+    ) -> tuple[bool, tuple[str, int] | None, int]:
+        """Create ``key`` (only if absent) and then add ``amount`` to ``counter``, as one step (a node's join).
+
+        Returns ``(True, None, the sum)``, or ``(False, the entry there, 0)`` with nothing written.
+        """
+        _check_key(key)
+        _check_key(counter)
+        sp = self.space(name)
+        self._json(key, text)
+
+        def apply() -> tuple[bool, tuple[str, int] | None, int]:
+            item = sp.data.get(key)
+            if item is not None:
+                return False, (item.text, item.version), 0
+            found = sp.data.get(counter)
+            base = 0 if found is None else json.loads(found.text)
+            if not isinstance(base, int) or isinstance(base, bool):
+                raise StoreError(
+                    "precondition", f"rendezvous key {counter!r} holds {found and found.text!r}, not an integer"
+                )
+            total = base + amount
+            if not -(2**63) <= total < 2**63:
+                raise StoreError("invalid", f"adding {amount} to {counter!r} overflows a 64-bit integer")
+            self._write(name, sp, key, text, None)
+            try:
+                self._write(name, sp, counter, str(total), None)
+            except StoreError:  # over a limit: take the key back, so that neither write happened
+                sp.revision += 1
+                self._drop(sp, key)
+                self._append(json.dumps({"op": "del", "s": name, "k": key, "v": sp.revision}))
+                self._wake(sp, key)
+                raise
+            return True, None, total
+
+        result: tuple[bool, tuple[str, int] | None, int] = self._once(request_id, apply)
+        return result
+
     def delete(self, name: str, key: str, version: int | None, request_id: str = "") -> bool:
         """Delete ``key`` (only at ``version`` when given)."""
         _check_key(key)

@@ -46,6 +46,7 @@ __all__ = [
     "Version",
     "check_key",
     "create_and_add",
+    "create_and_add_in_two_steps",
 ]
 
 #: A JSON-compatible value.
@@ -183,6 +184,17 @@ def create_and_add(
     """:meth:`SupportsCreateAndAdd.create_and_add` where ``backend`` offers it, else a compare-and-set and an add."""
     if isinstance(backend, SupportsCreateAndAdd):
         return backend.create_and_add(key, value, counter, amount)
+    return create_and_add_in_two_steps(backend, key, value, counter, amount)
+
+
+def create_and_add_in_two_steps(
+    backend: RendezvousBackend, key: str, value: JSONValue, counter: str, amount: int = 1
+) -> tuple[bool, Entry | None, int]:
+    """:func:`create_and_add` as a compare-and-set and then an add (for a backend that cannot fuse them).
+
+    The key is taken back when the add refuses the counter (not an integer), as the one-step form
+    never writes it.
+    """
     written, current = backend.compare_and_set(key, value, version=None)
     if not written:
         return False, current, 0

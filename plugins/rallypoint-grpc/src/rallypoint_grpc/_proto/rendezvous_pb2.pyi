@@ -90,6 +90,32 @@ class AddReply(_message.Message):
     total: int
     def __init__(self, total: _Optional[int] = ...) -> None: ...
 
+class CreateAndAddRequest(_message.Message):
+    __slots__ = ("space", "key", "value", "counter", "amount", "request_id")
+    SPACE_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    COUNTER_FIELD_NUMBER: _ClassVar[int]
+    AMOUNT_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    space: str
+    key: str
+    value: str
+    counter: str
+    amount: int
+    request_id: str
+    def __init__(self, space: _Optional[str] = ..., key: _Optional[str] = ..., value: _Optional[str] = ..., counter: _Optional[str] = ..., amount: _Optional[int] = ..., request_id: _Optional[str] = ...) -> None: ...
+
+class CreateAndAddReply(_message.Message):
+    __slots__ = ("created", "entry", "total")
+    CREATED_FIELD_NUMBER: _ClassVar[int]
+    ENTRY_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_FIELD_NUMBER: _ClassVar[int]
+    created: bool
+    entry: Entry
+    total: int
+    def __init__(self, created: _Optional[bool] = ..., entry: _Optional[_Union[Entry, _Mapping]] = ..., total: _Optional[int] = ...) -> None: ...
+
 class DeleteRequest(_message.Message):
     __slots__ = ("space", "key", "version", "request_id")
     SPACE_FIELD_NUMBER: _ClassVar[int]

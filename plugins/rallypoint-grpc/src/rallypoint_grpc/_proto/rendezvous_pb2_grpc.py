@@ -54,6 +54,11 @@ class RendezvousStub:
                 request_serializer=rendezvous__pb2.AddRequest.SerializeToString,
                 response_deserializer=rendezvous__pb2.AddReply.FromString,
                 _registered_method=True)
+        self.CreateAndAdd = channel.unary_unary(
+                '/rallypoint.rendezvous.v1.Rendezvous/CreateAndAdd',
+                request_serializer=rendezvous__pb2.CreateAndAddRequest.SerializeToString,
+                response_deserializer=rendezvous__pb2.CreateAndAddReply.FromString,
+                _registered_method=True)
         self.Delete = channel.unary_unary(
                 '/rallypoint.rendezvous.v1.Rendezvous/Delete',
                 request_serializer=rendezvous__pb2.DeleteRequest.SerializeToString,
@@ -93,6 +98,12 @@ class RendezvousServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Add(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CreateAndAdd(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -139,6 +150,11 @@ def add_RendezvousServicer_to_server(servicer, server):
                     servicer.Add,
                     request_deserializer=rendezvous__pb2.AddRequest.FromString,
                     response_serializer=rendezvous__pb2.AddReply.SerializeToString,
+            ),
+            'CreateAndAdd': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateAndAdd,
+                    request_deserializer=rendezvous__pb2.CreateAndAddRequest.FromString,
+                    response_serializer=rendezvous__pb2.CreateAndAddReply.SerializeToString,
             ),
             'Delete': grpc.unary_unary_rpc_method_handler(
                     servicer.Delete,
@@ -264,6 +280,33 @@ class Rendezvous:
             '/rallypoint.rendezvous.v1.Rendezvous/Add',
             rendezvous__pb2.AddRequest.SerializeToString,
             rendezvous__pb2.AddReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateAndAdd(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rallypoint.rendezvous.v1.Rendezvous/CreateAndAdd',
+            rendezvous__pb2.CreateAndAddRequest.SerializeToString,
+            rendezvous__pb2.CreateAndAddReply.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,98 @@
+"""A node's join on the gRPC backend: one CreateAndAdd call, applied once, persisted; two calls for old servers."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+
+from rallypoint.rendezvous.backend import create_and_add
+from rallypoint_grpc.backend import GrpcBackend
+from rallypoint_grpc.server import RendezvousServer, RendezvousService, ServerConfig
+from rallypoint_grpc.store import Limits, Store, StoreError
+
+
+class CountingBackend(GrpcBackend):
+    """The real client, counting its calls by method."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.calls: Counter[str] = Counter()
+
+    def _call(self, op: str, request: Any) -> Any:
+        self.calls[op] += 1
+        return super()._call(op, request)
+
+
+@pytest.fixture
+def serve() -> Iterator[Any]:
+    servers: list[RendezvousServer] = []
+
+    def start(**kwargs: Any) -> RendezvousServer:
+        server = RendezvousServer(ServerConfig(**kwargs)).start()
+        servers.append(server)
+        return server
+
+    yield start
+    for server in servers:
+        server.stop()
+
+
+def test_the_store_creates_and_counts_once(tmp_path: Path) -> None:
+    store = Store(data_dir=tmp_path)
+    assert store.create_and_add("run", "join/0/a", '"a"', "count/0", 1, request_id="r1") == (True, None, 1)
+    assert store.create_and_add("run", "join/0/a", '"a"', "count/0", 1, request_id="r1") == (True, None, 1)  # retried
+    created, there, total = store.create_and_add("run", "join/0/a", '"again"', "count/0", 1, request_id="r2")
+    assert (created, total) == (False, 0)
+    assert there is not None
+    assert there[0] == '"a"'
+    assert store.create_and_add("run", "join/0/b", '"b"', "count/0", 1)[2] == 2
+    store.set("run", "text", '"x"', None)
+    with pytest.raises(StoreError, match="not an integer") as refused:
+        store.create_and_add("run", "join/0/c", '"c"', "text", 1)
+    assert refused.value.code == "precondition"
+    assert store.get("run", "join/0/c") is None
+    store.close()
+    again = Store(data_dir=tmp_path)  # a restarted server: both writes of each join are in the log
+    assert again.get("run", "count/0") is not None
+    assert again.get("run", "count/0")[0] == "2"  # type: ignore[index]
+    assert again.get("run", "join/0/b") is not None
+    again.close()
+
+
+def test_a_join_over_the_limits_writes_nothing() -> None:
+    store = Store(Limits(max_value_bytes=64, max_total_bytes=40))
+    store.set("run", "count/0", "9", None)
+    with pytest.raises(StoreError, match="limit is 40"):
+        store.create_and_add("run", "join/0/a", '"' + "x" * 20 + '"', "count/0", 1000000)
+    assert store.get("run", "join/0/a") is None
+    assert store.get("run", "count/0") == ("9", 1)
+
+
+def test_a_join_is_one_call(serve: Any) -> None:
+    server = serve()
+    backend = CountingBackend(server.address, "run-one")
+    assert create_and_add(backend, "join/0/a", {"n": "a"}, "count/0") == (True, None, 1)
+    assert create_and_add(backend, "join/0/b", {"n": "b"}, "count/0") == (True, None, 2)
+    assert dict(backend.calls) == {"CreateAndAdd": 2}
+
+
+def test_an_older_server_gets_two_calls(serve: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    async def unimplemented(self: Any, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "Method not found!")
+
+    monkeypatch.setattr(RendezvousService, "CreateAndAdd", unimplemented)
+    server = serve()
+    backend = CountingBackend(server.address, "run-old")
+    assert create_and_add(backend, "join/0/a", {"n": "a"}, "count/0") == (True, None, 1)
+    assert create_and_add(backend, "join/0/b", {"n": "b"}, "count/0") == (True, None, 2)
+    created, there, _ = create_and_add(backend, "join/0/a", {"n": "x"}, "count/0")
+    assert not created
+    assert there is not None
+    assert there.value == {"n": "a"}
+    # asked once, then never again
+    assert dict(backend.calls) == {"CreateAndAdd": 1, "CompareAndSet": 3, "Add": 2}
