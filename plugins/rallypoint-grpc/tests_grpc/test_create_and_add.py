@@ -23,9 +23,9 @@ class CountingBackend(GrpcBackend):
         super().__init__(*args, **kwargs)
         self.calls: Counter[str] = Counter()
 
-    def _call(self, op: str, request: Any) -> Any:
+    def _invoke(self, op: str, request: Any) -> Any:
         self.calls[op] += 1
-        return super()._call(op, request)
+        return super()._invoke(op, request)
 
 
 @pytest.fixture

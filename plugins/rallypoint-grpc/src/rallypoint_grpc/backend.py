@@ -58,10 +58,6 @@ def _dump(value: JSONValue) -> str:
         raise TypeError(f"rendezvous values must be JSON values, got {type(value).__name__}: {exc}") from exc
 
 
-class _Unimplemented(RendezvousBackendError):
-    """The server does not know the call (it runs an older version of the service)."""
-
-
 def _entry(reply: Any) -> Entry | None:
     if not reply.HasField("entry"):
         return None
@@ -131,14 +127,12 @@ class GrpcBackend:
                 f"{where} unreachable for {self.retry_timeout:g} s ({details}); is the server (or the agent that "
                 f"hosts it) running, and is the address reachable from this host?"
             )
-        if code == grpc.StatusCode.UNIMPLEMENTED:
-            return _Unimplemented(f"{where}: the server does not offer {op} (an older version)")
         if code == grpc.StatusCode.DEADLINE_EXCEEDED:
             return RendezvousBackendError(f"{where} did not answer within {self.call_timeout:g} s (call_timeout)")
         return RendezvousBackendError(f"{where} failed: {code.name}: {details}")
 
-    def _call(self, op: str, request: Any) -> Any:
-        """Call ``op`` with a deadline; retry while the server is unavailable."""
+    def _invoke(self, op: str, request: Any) -> Any:
+        """Call ``op`` with a deadline; retry while the server is unavailable; raise gRPC's error."""
         backoff: Backoff | None = None
         while True:
             try:
@@ -148,7 +142,14 @@ class GrpcBackend:
                     backoff = backoff or Backoff(self.retry_timeout)
                     if backoff.wait():
                         continue
-                raise self._error(op, exc) from None
+                raise
+
+    def _call(self, op: str, request: Any) -> Any:
+        """:meth:`_invoke`, with gRPC's errors turned into the protocol's."""
+        try:
+            return self._invoke(op, request)
+        except grpc.RpcError as exc:
+            raise self._error(op, exc) from None
 
     # -- protocol -------------------------------------------------------------------------
     def get(self, key: str) -> Entry | None:
@@ -201,8 +202,10 @@ class GrpcBackend:
             request_id=uuid.uuid4().hex,
         )
         try:
-            reply = self._call("CreateAndAdd", request)
-        except _Unimplemented:
+            reply = self._invoke("CreateAndAdd", request)
+        except grpc.RpcError as exc:
+            if exc.code() != grpc.StatusCode.UNIMPLEMENTED:
+                raise self._error("CreateAndAdd", exc) from None
             self._two_step_joins = True
             return create_and_add_in_two_steps(self, key, value, counter, amount)
         return bool(reply.created), _entry(reply), int(reply.total)

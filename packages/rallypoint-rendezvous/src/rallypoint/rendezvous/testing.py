@@ -662,47 +662,36 @@ class MultiProcessBackendConformance(BackendConformance):
 
     processes: int = 6
 
-    def test_cas_race_between_processes(self, backend_factory: Factory, run_id: str) -> None:
+    def _in_processes(self, target: Callable[..., None], factory: Factory, run_id: str, rounds: int) -> list[Any]:
+        """Run ``target(factory, run_id, rounds, out)`` in :attr:`processes` processes; every value they put."""
         ctx = _ctx()
         out = ctx.Queue()
-        factory = _Portable(backend_factory)
-        procs = [ctx.Process(target=_cas_incrementer, args=(factory, run_id, 15, out)) for _ in range(self.processes)]
+        portable = _Portable(factory)
+        procs = [ctx.Process(target=target, args=(portable, run_id, rounds, out)) for _ in range(self.processes)]
         for p in procs:
             p.start()
-        won = [v for lst in _collect(out, len(procs), procs=procs) for v in lst]
+        seen = [v for lst in _collect(out, len(procs), procs=procs) for v in lst]
         for p in procs:
             p.join(30)
             assert p.exitcode == 0
-        total = 15 * len(procs)
+        return seen
+
+    def test_cas_race_between_processes(self, backend_factory: Factory, run_id: str) -> None:
+        won = self._in_processes(_cas_incrementer, backend_factory, run_id, 15)
+        total = 15 * self.processes
         assert sorted(won) == list(range(1, total + 1)), "two processes won the same compare-and-set"
         entry = backend_factory(run_id).get("counter")
         assert entry is not None
         assert entry.value == total
 
     def test_add_between_processes(self, backend_factory: Factory, run_id: str) -> None:
-        ctx = _ctx()
-        out = ctx.Queue()
-        factory = _Portable(backend_factory)
-        procs = [ctx.Process(target=_adder, args=(factory, run_id, 30, out)) for _ in range(self.processes)]
-        for p in procs:
-            p.start()
-        seen = [v for lst in _collect(out, len(procs), procs=procs) for v in lst]
-        for p in procs:
-            p.join(30)
-        assert sorted(seen) == list(range(1, 30 * len(procs) + 1))
+        seen = self._in_processes(_adder, backend_factory, run_id, 30)
+        assert sorted(seen) == list(range(1, 30 * self.processes + 1))
 
     def test_create_and_add_between_processes(self, backend_factory: Factory, run_id: str) -> None:
-        ctx = _ctx()
-        out = ctx.Queue()
-        factory = _Portable(backend_factory)
-        procs = [ctx.Process(target=_joiner, args=(factory, run_id, 15, out)) for _ in range(self.processes)]
-        for p in procs:
-            p.start()
-        seen = [v for lst in _collect(out, len(procs), procs=procs) for v in lst]
-        for p in procs:
-            p.join(30)
-        assert sorted(seen) == list(range(1, 15 * len(procs) + 1)), "two joins got the same count"
-        assert len(backend_factory(run_id).list("joined/")) == 15 * len(procs)
+        seen = self._in_processes(_joiner, backend_factory, run_id, 15)
+        assert sorted(seen) == list(range(1, 15 * self.processes + 1)), "two joins got the same count"
+        assert len(backend_factory(run_id).list("joined/")) == 15 * self.processes
 
     def test_writes_seen_in_order_from_another_process(self, backend_factory: Factory, run_id: str) -> None:
         ctx = _ctx()
