@@ -235,9 +235,14 @@ def test_socket_directories_of_killed_workers_are_removed_by_the_next_worker(mon
         stale = base / f"rallypoint-rpc-p{int(dead.stdout)}-abc123"
         live = base / f"rallypoint-rpc-p{os.getpid()}-def456"
         unrelated = base / "rallypoint-rpc-ghi789"  # no pid in the name (made before names carried one)
-        for d in (stale, live, unrelated):
+        elsewhere = base / f"rallypoint-rpc-p{int(dead.stdout)}-jkl012"  # pid of another namespace: it answers
+        for d in (stale, live, unrelated, elsewhere):
             d.mkdir()
-            (d / "s").write_text("")
+        for d in (stale, live, unrelated):
+            (d / "s").write_text("")  # a socket file nobody listens on
+        listening = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        listening.bind(str(elsewhere / "s"))
+        listening.listen(1)
         monkeypatch.setattr(tempfile, "gettempdir", lambda: str(base))
         server = SocketServer(lambda frame: [b""], g.TOKEN, 1 << 20)
         try:
@@ -250,5 +255,7 @@ def test_socket_directories_of_killed_workers_are_removed_by_the_next_worker(mon
         assert not stale.exists()
         assert live.exists()
         assert unrelated.exists()
+        assert elsewhere.exists()
+        listening.close()
     finally:
         shutil.rmtree(base, ignore_errors=True)

@@ -174,16 +174,38 @@ class SocketServer:
 def sweep_socket_dirs(base: str) -> None:
     """Remove the socket directories of this user's workers that are gone (killed before they could).
 
-    Each directory is named after its worker's pid (``rallypoint-rpc-p<pid>-<random>``); one whose
-    process no longer exists goes. A live process's directory, or another user's, is left alone.
+    Each directory is named after its worker's pid (``rallypoint-rpc-p<pid>-<random>``). One goes
+    when no process has that pid here *and* nothing listens on its socket any more (a worker in
+    another pid namespace that shares this directory, as containers sharing ``/tmp`` do, has a
+    pid that looks gone from here, but its socket still answers). Another user's is left alone.
     """
     for path in Path(base).glob("rallypoint-rpc-p*-*"):
         match = _DIR_RE.match(path.name)
         if match is None or not process_gone(int(match.group(1))):
             continue
         with contextlib.suppress(OSError):
-            if path.is_dir() and not path.is_symlink() and path.lstat().st_uid == os.getuid():
+            if (
+                path.is_dir()
+                and not path.is_symlink()
+                and path.lstat().st_uid == os.getuid()
+                and _unanswered(path / "s")
+            ):
                 shutil.rmtree(path, ignore_errors=True)
+
+
+def _unanswered(path: Path) -> bool:
+    """Whether nothing listens on the Unix socket at ``path`` (or there is none)."""
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.settimeout(1.0)
+        probe.connect(str(path))
+    except (ConnectionRefusedError, FileNotFoundError):
+        return True
+    except OSError:
+        return False  # cannot tell (permissions, a full backlog): leave it
+    finally:
+        probe.close()
+    return False
 
 
 class _ServerConnection:
