@@ -300,9 +300,19 @@ class EtcdBackend:
             lambda lease: self.client.add_arrival(k, arrival, _dump(amount), zero=b"0", lease=lease, end=k + _END),
             None,
         )
+        return self._sum(key, kvs, arrival)
+
+    def _sum(self, key: str, kvs: Mapping[str, KV], arrival: str, *, undo: Callable[[], None] | None = None) -> int:
+        """The counter ``key`` after an add read back as ``kvs``; folds its arrivals when there are many.
+
+        Raises:
+            TypeError: ``key`` holds no integer: the arrival (and what ``undo`` takes back) is removed.
+        """
         entry, arrivals = self._entries(kvs)[key]
         if not isinstance(entry.value, int) or isinstance(entry.value, bool):
             self._retry(f"delete {arrival}", lambda: self.client.delete(arrival))
+            if undo is not None:
+                undo()
             raise TypeError(f"rendezvous key {key!r} holds {entry.value!r}, not an integer; cannot add to it")
         if arrivals > FOLD_AT:
             self._fold(key, entry)
@@ -329,14 +339,11 @@ class EtcdBackend:
         if not revision:
             found = self._entries(kvs).get(key)
             return False, None if found is None else found[0], 0
-        entry, arrivals = self._entries(kvs)[counter]
-        if not isinstance(entry.value, int) or isinstance(entry.value, bool):
-            self._retry(f"delete {arrival}", lambda: self.client.delete(arrival))
+
+        def take_back() -> None:  # the counter holds no integer: the key was never to be written
             self._retry(f"delete {k}", lambda: self.client.delete(k, mod_revision=revision))
-            raise TypeError(f"rendezvous key {counter!r} holds {entry.value!r}, not an integer; cannot add to it")
-        if arrivals > FOLD_AT:
-            self._fold(counter, entry)
-        return True, None, int(entry.value)
+
+        return True, None, self._sum(counter, kvs, arrival, undo=take_back)
 
     def _fold(self, key: str, entry: Entry) -> None:
         """Replace the key's arrivals by their sum (once; a concurrent write wins, and the next add folds)."""

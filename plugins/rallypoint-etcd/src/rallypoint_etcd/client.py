@@ -119,6 +119,15 @@ def _compare(key: str, target: str, value: int, result: str = "EQUAL") -> Any:
     return c(key=key.encode(), target=getattr(c, target), result=getattr(c, result), **{field: value})
 
 
+def _add_request(key: str, arrival: str, amount: bytes, zero: bytes, lease: int | None, end: str) -> Any:
+    """The transaction of an add (see :meth:`EtcdClient.add_arrival`); its last operation reads ``[key, end)``."""
+    return etcd3.etcdrpc.TxnRequest(
+        compare=[_compare(key, "CREATE", 0, "GREATER")],
+        success=[_put_op(arrival, amount, lease), _put_op(key, None, None), _range_op(key, end)],
+        failure=[_put_op(key, zero, lease), _put_op(arrival, amount, lease), _range_op(key, end)],
+    )
+
+
 def _translate(exc: BaseException, where: str) -> Exception:
     if isinstance(exc, etcd3.exceptions.RevisionCompactedError):
         return Unavailable(f"{where}: watch revision was compacted")
@@ -294,10 +303,8 @@ class EtcdClient:
         so the range read inside it sees exactly the arrivals before this one and this one.
         Sending it again (after a lost answer) rewrites the same arrival key: it counts once.
         """
-        exists = [_compare(key, "CREATE", 0, "GREATER")]
-        success = [_put_op(arrival, amount, lease), _put_op(key, None, None), _range_op(key, end)]
-        failure = [_put_op(key, zero, lease), _put_op(arrival, amount, lease), _range_op(key, end)]
-        resp = self._txn(exists, success, failure)
+        add = _add_request(key, arrival, amount, zero, lease, end)
+        resp = self._txn(list(add.compare), list(add.success), list(add.failure))
         return _kvs(resp.responses[-1].response_range.kvs)
 
     def create_and_add(
@@ -322,12 +329,7 @@ class EtcdClient:
             ``(revision of the write, [counter, counter_end) after it)`` when ``key`` was created,
             else ``(0, [key, key_end))``.
         """
-        exists = [_compare(counter, "CREATE", 0, "GREATER")]
-        add = etcd3.etcdrpc.TxnRequest(
-            compare=exists,
-            success=[_put_op(arrival, amount, lease), _put_op(counter, None, None), _range_op(counter, counter_end)],
-            failure=[_put_op(counter, zero, lease), _put_op(arrival, amount, lease), _range_op(counter, counter_end)],
-        )
+        add = _add_request(counter, arrival, amount, zero, lease, counter_end)
         resp = self._txn(
             [_compare(key, "CREATE", 0)],
             [_put_op(key, value, lease), etcd3.etcdrpc.RequestOp(request_txn=add)],

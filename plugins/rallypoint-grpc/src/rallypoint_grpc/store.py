@@ -265,6 +265,17 @@ class Store:
             raise StoreError("invalid", f"value of {key!r} is not JSON text") from None
         return text
 
+    def _sum(self, sp: _Space, key: str, amount: int) -> int:
+        """The integer under ``key`` (absent: 0) plus ``amount``, checked; nothing written."""
+        item = sp.data.get(key)
+        base = 0 if item is None else json.loads(item.text)
+        if not isinstance(base, int) or isinstance(base, bool):
+            raise StoreError("precondition", f"rendezvous key {key!r} holds {item and item.text!r}, not an integer")
+        total = base + amount
+        if not -(2**63) <= total < 2**63:
+            raise StoreError("invalid", f"adding {amount} to {key!r} overflows a 64-bit integer")
+        return total
+
     def _once(self, request_id: str, compute: Callable[[], Any]) -> Any:
         """Apply a write once per request id: a retried request gets the first reply again."""
         if not request_id:
@@ -312,13 +323,7 @@ class Store:
         sp = self.space(name)
 
         def apply() -> int:
-            item = sp.data.get(key)
-            base = 0 if item is None else json.loads(item.text)
-            if not isinstance(base, int) or isinstance(base, bool):
-                raise StoreError("precondition", f"rendezvous key {key!r} holds {item and item.text!r}, not an integer")
-            total = base + amount
-            if not -(2**63) <= total < 2**63:
-                raise StoreError("invalid", f"adding {amount} to {key!r} overflows a 64-bit integer")
+            total = self._sum(sp, key, amount)
             self._write(name, sp, key, str(total), None)
             return total
 
@@ -340,15 +345,7 @@ class Store:
             item = sp.data.get(key)
             if item is not None:
                 return False, (item.text, item.version), 0
-            found = sp.data.get(counter)
-            base = 0 if found is None else json.loads(found.text)
-            if not isinstance(base, int) or isinstance(base, bool):
-                raise StoreError(
-                    "precondition", f"rendezvous key {counter!r} holds {found and found.text!r}, not an integer"
-                )
-            total = base + amount
-            if not -(2**63) <= total < 2**63:
-                raise StoreError("invalid", f"adding {amount} to {counter!r} overflows a 64-bit integer")
+            total = self._sum(sp, counter, amount)
             self._write(name, sp, key, text, None)
             try:
                 self._write(name, sp, counter, str(total), None)
