@@ -73,7 +73,7 @@ def test_a_wait_leaves_no_thread_and_no_stream_behind(etcd_options: EtcdOptions)
     """Each wait is one watch stream read by the waiting thread, closed when the wait ends.
 
     The library's shared watcher kept a thread (and a stream) per process once a first watch
-    was made: with 64 node processes on two cores, its wake-ups cost about 3 ms of CPU per node.
+    was made, waking on its own: with 64 node processes on two cores, CPU taken from the round.
     """
     run_id = f"watch-{uuid.uuid4().hex[:8]}"
     backend = EtcdBackend(run_id, etcd_options)

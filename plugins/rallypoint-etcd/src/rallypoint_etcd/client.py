@@ -393,8 +393,7 @@ class EtcdClient:
 
         Each wait is one watch stream of its own with ``timeout`` as its deadline, read by the
         calling thread: no watcher thread, no callback, nothing left open afterwards (a shared
-        stream, as the library keeps, costs a thread per process and its wake-ups, about 3 ms of
-        CPU per wait with 64 nodes on two cores).
+        stream, as the library keeps, costs a thread per process and its wake-ups).
 
         Returns:
             ``True`` when ``changed()`` said so or an event came, ``False`` when ``timeout`` passed.
