@@ -26,6 +26,13 @@ Optional capabilities
     two steps in turn (what every backend did before; the protocol tolerates the gap between
     them). One request instead of two per join on a networked backend (the etcd backend offers it).
 
+    A backend may also hold a watch open (:class:`SupportsHeldWatch`): a watch on a key set up
+    *before* the reads and writes it follows, so that when the node then has to wait for the key,
+    nothing can have been missed between its last read and the wait, and no read is needed to
+    find out; the change it reports carries the key's new entry where the backend has it. The
+    handler holds one on the round header from its first read until its first wait (a node's
+    join, then its wait for the round), saving one read before the wait and one after it.
+
 Implementations: :class:`rallypoint.rendezvous.memory.MemoryBackend` (in-process) and the
 ``rallypoint-file`` plugin. :mod:`rallypoint.rendezvous.testing` is the conformance kit every
 backend should pass.
@@ -42,7 +49,10 @@ __all__ = [
     "Entry",
     "JSONValue",
     "RendezvousBackend",
+    "HeldWatch",
     "SupportsCreateAndAdd",
+    "SupportsHeldWatch",
+    "WatchedChange",
     "Version",
     "check_key",
     "create_and_add",
@@ -174,6 +184,64 @@ class SupportsCreateAndAdd(Protocol):
         Raises:
             TypeError: ``counter`` holds something else than an integer (``key`` is then not
                 created either).
+        """
+        ...
+
+
+@dataclass(frozen=True)
+class WatchedChange:
+    """A change a :class:`HeldWatch` saw.
+
+    Attributes:
+        entry: the key's entry after the change when the backend knows it, ``None`` when the key
+            was deleted or the backend cannot tell (the caller reads the key).
+    """
+
+    entry: Entry | None = None
+
+
+@runtime_checkable
+class HeldWatch(Protocol):
+    """A watch on one key that has been in place since :meth:`SupportsHeldWatch.hold_watch` returned.
+
+    It serves one wait: :meth:`wait` once, then :meth:`close` (closing twice is harmless).
+    """
+
+    def remaining(self) -> float:
+        """Seconds until the watch's deadline (0 once passed); :meth:`wait` returns by then."""
+        ...
+
+    def wait(self, version: Version | None) -> WatchedChange | None:
+        """Block until the key changes after ``version`` (``None``: the key was absent) or the deadline passes.
+
+        Changes the caller had already seen (at or before ``version``) are skipped.
+
+        Returns:
+            the change, or ``None`` at the deadline.
+
+        Raises:
+            RendezvousBackendError: the watch broke (the caller reads the key and watches again).
+        """
+        ...
+
+    def close(self) -> None:
+        """Stop watching."""
+        ...
+
+
+@runtime_checkable
+class SupportsHeldWatch(Protocol):
+    """The optional capability of a backend that can hold a watch open (see the module docstring)."""
+
+    def hold_watch(self, key: str, *, timeout: float) -> HeldWatch:
+        """Start watching ``key`` now; return once the watch is in place.
+
+        Every change of ``key`` from then on is seen by the returned watch's
+        :meth:`~HeldWatch.wait`, for ``timeout`` seconds. For keys written by ``set``,
+        ``compare_and_set`` and ``delete`` (not ``add``).
+
+        Raises:
+            RendezvousBackendError: the watch could not be set up.
         """
         ...
 

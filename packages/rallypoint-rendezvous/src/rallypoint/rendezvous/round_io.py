@@ -198,6 +198,20 @@ class RoundIO:
                 return action, view
         raise AssertionError("rendezvous state machine asked for data repeatedly")  # pragma: no cover
 
+    def view_of_header(self, entry: Entry | None) -> View | None:
+        """The view a watched change of the header gives without a read, or ``None`` (read).
+
+        Only a complete or closed header stands on its own: the next step of a member finishes
+        (or stops) from it, and nobody looks at the join counter of such a round. Of an open
+        header, the step needs the counter too; of a deleted one, nothing is known.
+        """
+        if entry is None:
+            return None
+        header = Header.from_json(entry.value)
+        if not (header.complete or header.closed):
+            return None
+        return View(resolve(self.backend, header), entry.version, 0)
+
     # -- writes --------------------------------------------------------------------------
     def heartbeat(self) -> None:
         """Rewrite this node's own heartbeat record (the only key a heartbeat touches)."""
