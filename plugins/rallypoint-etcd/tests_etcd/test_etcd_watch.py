@@ -89,3 +89,32 @@ def test_a_wait_leaves_no_thread_and_no_stream_behind(etcd_options: EtcdOptions)
         assert after <= before, [t.name for t in threading.enumerate() if t.ident not in before]
     finally:
         backend.close()
+
+
+def test_a_wait_starts_no_thread_while_it_waits(etcd_options: EtcdOptions) -> None:
+    """A wait sends one request on its stream and reads the answers: no thread feeds the stream.
+
+    Opened as a bidirectional call, gRPC started a thread per watch to send the request from an
+    iterator (a thread per node and wait, with 64 node processes on two cores).
+    """
+    run_id = f"watch-{uuid.uuid4().hex[:8]}"
+    backend = EtcdBackend(run_id, etcd_options)
+    seen: list[str] = []
+    reads: list[str] = []
+    real = backend.client.get
+
+    def get(key: str) -> Any:  # the wait's own read, made once the watch is set up
+        reads.append(key)
+        seen.extend(t.name for t in threading.enumerate() if t.ident not in before)
+        return real(key)
+
+    try:
+        version = backend.set("header", "initial")
+        backend.watch("header", version=version, timeout=0.05)  # the first watch sets the stub up
+        before = {t.ident for t in threading.enumerate()}
+        backend.client.get = get  # type: ignore[method-assign]
+        assert not backend.watch("header", version=version, timeout=0.2)
+        assert len(reads) == 1  # the threads were looked at while the watch was open
+        assert seen == [], seen
+    finally:
+        backend.close()

@@ -27,6 +27,10 @@ that writes the key. An add that finds more than :data:`FOLD_AT` arrivals folds 
 (one compare-and-set, skipped when another write came first). ``create_and_add`` (a node's join)
 nests such an add in the transaction that creates a key only if it is absent.
 
+Waiting: ``hold_watch`` keeps one watch stream open (see
+:class:`~rallypoint.rendezvous.backend.SupportsHeldWatch`); the change it reports carries the
+key's value from the watch event.
+
 Key lifetime: every key of the run is attached to one *run lease* of ``key_ttl`` seconds that
 each open client keeps alive. Its id is derived from the run's key prefix, so every client knows
 it without asking; each client creates it (or finds it) when it connects, and a write that finds
@@ -57,7 +61,7 @@ import weakref
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
-from rallypoint.rendezvous.backend import Entry, JSONValue, Version, check_key
+from rallypoint.rendezvous.backend import Entry, JSONValue, Version, WatchedChange, check_key
 from rallypoint.rendezvous.errors import RendezvousBackendError, RendezvousStateError
 from rallypoint_etcd.client import KV, EtcdClient, EtcdRequestError, LeaseGone, Unavailable, prefix_end
 from rallypoint_etcd.options import EtcdOptions
@@ -390,6 +394,17 @@ class EtcdBackend:
 
         return self._wait(p, True, read, timeout)
 
+    def hold_watch(self, key: str, *, timeout: float) -> _HeldWatch:
+        """See :class:`~rallypoint.rendezvous.backend.SupportsHeldWatch`: an etcd watch stream, kept open.
+
+        The change it reports carries the key's new value from the watch event itself.
+        """
+        k = self._kv + check_key(key)
+        timeout = max(0.0, timeout)
+        until = time.monotonic() + timeout
+        stream = self._retry(f"watch {k}", lambda: self.client.hold(k, timeout=timeout), window=0)
+        return _HeldWatch(self, k, stream, until)
+
     def _wait(self, key: str, prefix: bool, read: Callable[[], tuple[bool, int]], timeout: float) -> bool:
         """Watch from now, then read: unless already changed, wait for an event or ``timeout``.
 
@@ -449,6 +464,40 @@ class EtcdBackend:
         if closed and not others:
             with contextlib.suppress(LeaseGone):  # another client revoked it just now
                 self.client.revoke(self.lease)
+
+
+class _HeldWatch:
+    """A :class:`~rallypoint.rendezvous.backend.HeldWatch` on one etcd key (see :meth:`EtcdBackend.hold_watch`)."""
+
+    def __init__(self, backend: EtcdBackend, key: str, stream: Any, until: float) -> None:
+        self._backend = backend
+        self._key = key
+        self._stream = stream
+        self._until = until
+
+    def remaining(self) -> float:
+        """Seconds until the stream's deadline."""
+        return max(0.0, self._until - time.monotonic())
+
+    def wait(self, version: Version | None) -> WatchedChange | None:
+        """The first change after ``version``, with the key's new entry; ``None`` at the deadline."""
+        b = self._backend
+        while True:
+            try:
+                changes = b.client.changes(self._stream, self._key)
+            except (Unavailable, EtcdRequestError) as exc:
+                raise RendezvousBackendError(f"the etcd watch of {self._key!r} broke: {exc}") from exc
+            if changes is None:
+                return None
+            # Skip what the caller saw already (revisions only grow; a deletion's is its own).
+            fresh = [(kv, revision) for kv, revision in changes if version is None or revision > version]
+            if fresh:
+                kv, _ = fresh[-1]
+                return WatchedChange(None if kv is None else Entry(b._load(self._key, kv.value), kv.mod_revision))
+
+    def close(self) -> None:
+        """Cancel the stream."""
+        self._stream.cancel()
 
 
 def create_etcd_backend(run_id: str, options: Any) -> EtcdBackend:
