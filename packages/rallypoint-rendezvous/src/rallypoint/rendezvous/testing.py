@@ -60,7 +60,7 @@ from typing import Any
 
 import pytest
 
-from rallypoint.rendezvous.backend import RendezvousBackend, create_and_add
+from rallypoint.rendezvous.backend import RendezvousBackend, SupportsHeldWatch, create_and_add
 from rallypoint.rendezvous.errors import RendezvousClosedError, RendezvousTimeoutError
 from rallypoint.rendezvous.handler import RendezvousHandler, RendezvousResult
 from rallypoint.rendezvous.state import NodeInfo
@@ -443,6 +443,44 @@ class BackendConformance:
         t.start()
         assert backend.watch("w", version=v, timeout=10)
         t.join()
+
+    def test_held_watch(self, backend_factory: Factory, run_id: str) -> None:
+        """The optional held watch: changes made after it was set up, with the key's new entry."""
+        backend = backend_factory(run_id)
+        if not isinstance(backend, SupportsHeldWatch):
+            pytest.skip(f"{type(backend).__name__} offers no held watch (optional)")
+        other = backend_factory(run_id)
+        seen = backend.set("h", "seen")
+        held = backend.hold_watch("h", timeout=30)
+        try:
+            newer = other.set("h", "new")  # after the hold, before the wait: the watch has it
+            change = held.wait(seen)
+        finally:
+            held.close()
+        assert change is not None
+        if change.entry is not None:  # a backend may leave it to a read
+            assert (change.entry.value, change.entry.version) == ("new", newer)
+        held = backend.hold_watch("h", timeout=30)
+        try:
+            current = backend.set("h", "read by the caller")  # the caller saw this one
+            t = threading.Timer(0.15, lambda: other.delete("h"))
+            t.start()
+            start = time.monotonic()
+            change = held.wait(current)
+            t.join()
+        finally:
+            held.close()
+        assert time.monotonic() - start >= 0.1, "woken by a change the caller had seen"
+        assert change is not None
+        assert change.entry is None  # deleted
+        held = backend.hold_watch("h", timeout=0.2)
+        try:
+            start = time.monotonic()
+            assert held.wait(None) is None  # absent all along: nothing changed before the deadline
+            assert 0.15 <= time.monotonic() - start < 10
+        finally:
+            held.close()
+            held.close()  # twice is harmless
 
     def test_watch_prefix(self, backend_factory: Factory, run_id: str) -> None:
         backend = backend_factory(run_id)
