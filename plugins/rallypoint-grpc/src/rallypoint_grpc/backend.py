@@ -27,7 +27,14 @@ from typing import Any
 
 import grpc
 
-from rallypoint.rendezvous.backend import Entry, JSONValue, Version, check_key, create_and_add_in_two_steps
+from rallypoint.rendezvous.backend import (
+    Entry,
+    JSONValue,
+    Version,
+    WatchedChange,
+    check_key,
+    create_and_add_in_two_steps,
+)
 from rallypoint.rendezvous.errors import RendezvousBackendError
 from rallypoint_grpc._proto import rendezvous_pb2 as pb
 from rallypoint_grpc._proto import rendezvous_pb2_grpc as pb_grpc
@@ -220,8 +227,11 @@ class GrpcBackend:
         reply = self._call("List", pb.ListRequest(space=self.run_id, prefix=check_key(prefix, prefix=True)))
         return {k: Entry(json.loads(e.value), e.version) for k, e in reply.entries.items()}
 
-    def _watch(self, make: Callable[[float], Any], timeout: float) -> bool:
-        """Hold a watch stream until it reports; re-open it after a lost connection."""
+    def _watch(self, make: Callable[[float], Any], timeout: float) -> Any:
+        """Hold a watch stream until it reports a change (its event) or ``timeout`` passes (``None``).
+
+        The stream is opened again after a lost connection.
+        """
         deadline = time.monotonic() + max(0.0, timeout)
         backoff: Backoff | None = None
         while True:
@@ -231,8 +241,8 @@ class GrpcBackend:
                     make(remaining), timeout=remaining + self.call_timeout, metadata=self._metadata
                 )
                 for event in stream:
-                    return bool(event.changed)
-                return False
+                    return event if event.changed else None
+                return None
             except grpc.RpcError as exc:
                 if exc.code() in _RETRIED:
                     backoff = backoff or Backoff(self.retry_timeout)
@@ -243,15 +253,32 @@ class GrpcBackend:
     def watch(self, key: str, *, version: Version | None, timeout: float) -> bool:
         """See :meth:`RendezvousBackend.watch` (one server-side stream)."""
         check_key(key)
-        return self._watch(lambda t: pb.WatchRequest(space=self.run_id, key=key, version=version, timeout=t), timeout)
+
+        def request(t: float) -> Any:
+            return pb.WatchRequest(space=self.run_id, key=key, version=version, timeout=t)
+
+        return self._watch(request, timeout) is not None
+
+    def hold_watch(self, key: str, *, timeout: float) -> _HeldWatch:
+        """See :class:`~rallypoint.rendezvous.backend.SupportsHeldWatch`.
+
+        Nothing is sent until the wait: the server compares the key with the version the waiter
+        holds when the stream opens, so no change made since the hold can be missed. The change
+        comes with the key's entry (from a server of this version; an older one sends none, and
+        the caller reads).
+        """
+        return _HeldWatch(self, check_key(key), time.monotonic() + max(0.0, timeout))
 
     def watch_prefix(self, prefix: str, *, versions: Mapping[str, Version], timeout: float) -> bool:
         """See :meth:`RendezvousBackend.watch_prefix` (one server-side stream)."""
         check_key(prefix, prefix=True)
         known = dict(versions)
-        return self._watch(
-            lambda t: pb.WatchRequest(space=self.run_id, key=prefix, prefix=True, versions=known, timeout=t),
-            timeout,
+        return (
+            self._watch(
+                lambda t: pb.WatchRequest(space=self.run_id, key=prefix, prefix=True, versions=known, timeout=t),
+                timeout,
+            )
+            is not None
         )
 
     def close(self) -> None:
@@ -337,6 +364,34 @@ def _client_tls(opts: GrpcOptions) -> TlsFiles | None:
     if opts.mutual_tls:
         return TlsFiles(cert=opts.tls_cert, key=opts.tls_key, ca=opts.tls_ca, server_name=opts.tls_server_name)
     return TlsFiles(ca=opts.tls_ca, server_name=opts.tls_server_name)
+
+
+class _HeldWatch:
+    """A :class:`~rallypoint.rendezvous.backend.HeldWatch` on one key of the gRPC server."""
+
+    def __init__(self, backend: GrpcBackend, key: str, until: float) -> None:
+        self._backend = backend
+        self._key = key
+        self._until = until
+
+    def remaining(self) -> float:
+        """Seconds until the deadline."""
+        return max(0.0, self._until - time.monotonic())
+
+    def wait(self, version: Version | None) -> WatchedChange | None:
+        """One watch stream from ``version`` until the deadline; the change with the key's entry."""
+        b = self._backend
+
+        def request(t: float) -> Any:
+            return pb.WatchRequest(space=b.run_id, key=self._key, version=version, timeout=t)
+
+        event = b._watch(request, self.remaining())
+        if event is None:
+            return None
+        return WatchedChange(_entry(event))
+
+    def close(self) -> None:
+        """Nothing is open between waits."""
 
 
 def create_grpc_backend(run_id: str, options: Any) -> GrpcBackend:

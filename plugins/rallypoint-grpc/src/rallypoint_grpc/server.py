@@ -128,9 +128,19 @@ class RendezvousService(pb_grpc.RendezvousServicer):
         versions = dict(request.versions)
         args = (request.space, request.key, request.prefix)
         deadline = time.monotonic() + min(max(0.0, request.timeout), store.limits.max_watch_seconds)
+
+        def check() -> pb.WatchEvent | None:
+            if not store.changed(*args, version, versions):
+                return None
+            if request.prefix:
+                return pb.WatchEvent(changed=True)
+            # A key watch's change comes with the entry that differs: the watcher need not read it.
+            return pb.WatchEvent(changed=True, entry=_entry(store.get(request.space, request.key)))
+
         while True:
-            if await self._run(context, lambda: store.changed(*args, version, versions)):
-                yield pb.WatchEvent(changed=True)
+            change = await self._run(context, check)
+            if change is not None:
+                yield change
                 return
             remaining = deadline - time.monotonic()
             if remaining <= 0:

@@ -179,7 +179,9 @@ class WatchRequest(_message.Message):
     def __init__(self, space: _Optional[str] = ..., key: _Optional[str] = ..., prefix: _Optional[bool] = ..., version: _Optional[int] = ..., versions: _Optional[_Mapping[str, int]] = ..., timeout: _Optional[float] = ...) -> None: ...
 
 class WatchEvent(_message.Message):
-    __slots__ = ("changed",)
+    __slots__ = ("changed", "entry")
     CHANGED_FIELD_NUMBER: _ClassVar[int]
+    ENTRY_FIELD_NUMBER: _ClassVar[int]
     changed: bool
-    def __init__(self, changed: _Optional[bool] = ...) -> None: ...
+    entry: Entry
+    def __init__(self, changed: _Optional[bool] = ..., entry: _Optional[_Union[Entry, _Mapping]] = ...) -> None: ...
