@@ -47,13 +47,13 @@ from typing import Any, Protocol, runtime_checkable
 
 __all__ = [
     "Entry",
+    "HeldWatch",
     "JSONValue",
     "RendezvousBackend",
-    "HeldWatch",
     "SupportsCreateAndAdd",
     "SupportsHeldWatch",
-    "WatchedChange",
     "Version",
+    "WatchedChange",
     "check_key",
     "create_and_add",
     "create_and_add_in_two_steps",
