@@ -29,9 +29,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from rallypoint.rendezvous.backend import HeldWatch, RendezvousBackend, SupportsHeldWatch
+from rallypoint.rendezvous.backend import HeldWatch, RendezvousBackend
 from rallypoint.rendezvous.errors import (
-    RendezvousBackendError,
     RendezvousClosedError,
     RendezvousFinishedError,
     RendezvousHeartbeatError,
@@ -281,7 +280,7 @@ class RendezvousHandler:
         if self._shut:
             raise RendezvousStateError(f"rendezvous handler of node {self.node_id!r} was shut down")
         self._raise_failure()
-        held = self._hold_header_watch()
+        held = self.io.hold_header_watch(self.timeouts.heartbeat_interval)
         try:
             return self._next_rendezvous(held)
         finally:
@@ -325,7 +324,7 @@ class RendezvousHandler:
                     continue
             timeout = max(0.0, action.until - self.clock())
             if held is not None:  # the first wait: on the watch held since before the first read
-                known, held = self._wait_held(held, view, timeout), None
+                known, held = self.io.wait_held(held, view, timeout), None
             elif timeout > 0:
                 # Watch the header from the version this step read: a change made since then
                 # (the round completed, a new round opened) returns at once, so no wake-up is lost.
@@ -486,42 +485,6 @@ class RendezvousHandler:
     def _raise_failure(self) -> None:
         if self._failure is not None:
             raise self._failure
-
-    def _hold_header_watch(self) -> HeldWatch | None:
-        """A watch on the round header, in place before this attempt's first read (where the backend can hold one).
-
-        The attempt's first wait (a node's join is followed by one) then needs no read to learn
-        whether the header changed since the node's last read: the watch saw every change since
-        before it. Its deadline is the first liveness check, which ends that wait anyway.
-        """
-        if not isinstance(self.backend, SupportsHeldWatch):
-            return None
-        try:
-            return self.backend.hold_watch(HEADER_KEY, timeout=self.timeouts.heartbeat_interval)
-        except RendezvousBackendError as exc:  # the plain watch serves; a backend that is down fails the read
-            log.debug("node %r: no held watch on the round header (%s)", self.node_id, exc)
-            return None
-
-    def _wait_held(self, held: HeldWatch, view: View, timeout: float) -> View | None:
-        """Wait for the header on ``held`` (then closed); return the view its change gives, if any.
-
-        A held watch ends at its own deadline: when the wait must end sooner (a last call), it
-        waits with a plain watch instead. A broken watch counts as a change: the next step reads.
-        """
-        try:
-            if timeout <= 0:
-                return None
-            if held.remaining() > timeout:
-                self.backend.watch(HEADER_KEY, version=view.header_version, timeout=min(timeout, 3600.0))
-                return None
-            try:
-                change = held.wait(view.header_version)
-            except RendezvousBackendError as exc:
-                log.debug("node %r: the held watch on the round header broke (%s)", self.node_id, exc)
-                return None
-        finally:
-            held.close()
-        return None if change is None else self.io.view_of_header(change.entry)
 
     def _check_in(self) -> View:
         """First contact: refuse a finished run, and a different job under the same run id.

@@ -9,12 +9,20 @@ turned into a :class:`RendezvousResult` from the round's roster record
 
 from __future__ import annotations
 
+import logging
 import socket
 from dataclasses import dataclass, replace
 from typing import Any
 
-from rallypoint.rendezvous.backend import Entry, RendezvousBackend, Version, create_and_add
-from rallypoint.rendezvous.errors import RendezvousStateError
+from rallypoint.rendezvous.backend import (
+    Entry,
+    HeldWatch,
+    RendezvousBackend,
+    SupportsHeldWatch,
+    Version,
+    create_and_add,
+)
+from rallypoint.rendezvous.errors import RendezvousBackendError, RendezvousStateError
 from rallypoint.rendezvous.keyspace import roster_key, roster_prefix
 from rallypoint.rendezvous.roster import ROSTERS, Roster, encode_roster
 from rallypoint.rendezvous.state import (
@@ -40,6 +48,8 @@ from rallypoint.rendezvous.state import (
 )
 
 __all__ = ["KEEP_ROUNDS", "RendezvousResult", "RoundIO", "WorkerStoreInfo", "free_port", "read_header", "resolve"]
+
+log = logging.getLogger("rallypoint.rendezvous")
 
 #: Rounds older than ``round - KEEP_ROUNDS`` are garbage-collected when a round opens.
 KEEP_ROUNDS = 2
@@ -197,6 +207,43 @@ class RoundIO:
             else:
                 return action, view
         raise AssertionError("rendezvous state machine asked for data repeatedly")  # pragma: no cover
+
+    # -- waits ---------------------------------------------------------------------------
+    def hold_header_watch(self, timeout: float) -> HeldWatch | None:
+        """A watch on the round header, in place before an attempt's first read (where the backend can hold one).
+
+        The attempt's first wait (a node's join is followed by one) then needs no read to learn
+        whether the header changed since the node's last read: the watch saw every change since
+        before it. ``timeout``: its deadline (the first liveness check, which ends that wait anyway).
+        """
+        if not isinstance(self.backend, SupportsHeldWatch):
+            return None
+        try:
+            return self.backend.hold_watch(HEADER_KEY, timeout=timeout)
+        except RendezvousBackendError as exc:  # the plain watch serves; a backend that is down fails the read
+            log.debug("node %r: no held watch on the round header (%s)", self.machine.node_id, exc)
+            return None
+
+    def wait_held(self, held: HeldWatch, view: View, timeout: float) -> View | None:
+        """Wait up to ``timeout`` for the header on ``held`` (then closed); the view its change gives, if any.
+
+        A held watch ends at its own deadline: when the wait must end sooner (a last call), it
+        waits with a plain watch instead. A broken watch counts as a change: the next step reads.
+        """
+        try:
+            if timeout <= 0:
+                return None
+            if held.remaining() > timeout:
+                self.backend.watch(HEADER_KEY, version=view.header_version, timeout=min(timeout, 3600.0))
+                return None
+            try:
+                change = held.wait(view.header_version)
+            except RendezvousBackendError as exc:
+                log.debug("node %r: the held watch on the round header broke (%s)", self.machine.node_id, exc)
+                return None
+        finally:
+            held.close()
+        return None if change is None else self.view_of_header(change.entry)
 
     def view_of_header(self, entry: Entry | None) -> View | None:
         """The view a watched change of the header gives without a read, or ``None`` (read).
