@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import pytest
 
-from rallypoint.rendezvous.testing import MultiProcessBackendConformance, MultiProcessHandlerConformance
+from rallypoint.rendezvous.testing import (
+    HeldWatchConformance,
+    MultiProcessBackendConformance,
+    MultiProcessHandlerConformance,
+)
 from rallypoint_etcd.options import EtcdOptions
 
 from .conftest import EtcdFactory
 
 
-class TestEtcdBackend(MultiProcessBackendConformance):
+class TestEtcdBackend(HeldWatchConformance, MultiProcessBackendConformance):
     @pytest.fixture
     def backend_factory(self, etcd_options: EtcdOptions) -> EtcdFactory:
         return EtcdFactory(etcd_options)

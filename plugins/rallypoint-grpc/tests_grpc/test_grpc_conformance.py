@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from rallypoint.rendezvous.testing import MultiProcessBackendConformance, MultiProcessHandlerConformance
+from rallypoint.rendezvous.testing import (
+    HeldWatchConformance,
+    MultiProcessBackendConformance,
+    MultiProcessHandlerConformance,
+)
 from rallypoint_grpc.backend import GrpcBackend
 
 from .conftest import ServerProcess
@@ -20,7 +24,7 @@ class GrpcFactory:
         return GrpcBackend(self.address, run_id, call_timeout=30.0)
 
 
-class TestGrpcBackend(MultiProcessBackendConformance):
+class TestGrpcBackend(HeldWatchConformance, MultiProcessBackendConformance):
     @pytest.fixture
     def backend_factory(self, server: ServerProcess) -> GrpcFactory:
         return GrpcFactory(server.address)

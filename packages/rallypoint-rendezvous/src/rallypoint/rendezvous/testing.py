@@ -37,7 +37,8 @@ The kit checks: basic reads and writes, JSON-only values, key validation, run-id
 version tokens, compare-and-set and atomic add under races between threads and processes,
 delete, prefix listing at scale, write ordering seen from another process, watch wake-ups and
 timeouts, TTL expiry (when ``supports_ttl``), and the handler on top: N nodes join, a late node
-waits, a node dies, close, join timeout.
+waits, a node dies, close, join timeout. A backend that offers the optional held watch adds
+:class:`HeldWatchConformance` to its backend class.
 
 For torch interop, :func:`run_torchrun_agents` starts real ``torchrun`` agents that meet through a
 backend's ``--rdzv-backend rallypoint-<name>`` handler and run :data:`TORCHRUN_JOB` (a gloo
@@ -70,6 +71,7 @@ __all__ = [
     "FAST_TIMEOUTS",
     "BackendConformance",
     "HandlerConformance",
+    "HeldWatchConformance",
     "MultiProcessBackendConformance",
     "MultiProcessHandlerConformance",
     "TORCHRUN_JOB",
@@ -444,44 +446,6 @@ class BackendConformance:
         assert backend.watch("w", version=v, timeout=10)
         t.join()
 
-    def test_held_watch(self, backend_factory: Factory, run_id: str) -> None:
-        """The optional held watch: changes made after it was set up, with the key's new entry."""
-        backend = backend_factory(run_id)
-        if not isinstance(backend, SupportsHeldWatch):
-            pytest.skip(f"{type(backend).__name__} offers no held watch (optional)")
-        other = backend_factory(run_id)
-        seen = backend.set("h", "seen")
-        held = backend.hold_watch("h", timeout=30)
-        try:
-            newer = other.set("h", "new")  # after the hold, before the wait: the watch has it
-            change = held.wait(seen)
-        finally:
-            held.close()
-        assert change is not None
-        if change.entry is not None:  # a backend may leave it to a read
-            assert (change.entry.value, change.entry.version) == ("new", newer)
-        held = backend.hold_watch("h", timeout=30)
-        try:
-            current = backend.set("h", "read by the caller")  # the caller saw this one
-            t = threading.Timer(0.15, lambda: other.delete("h"))
-            t.start()
-            start = time.monotonic()
-            change = held.wait(current)
-            t.join()
-        finally:
-            held.close()
-        assert time.monotonic() - start >= 0.1, "woken by a change the caller had seen"
-        assert change is not None
-        assert change.entry is None  # deleted
-        held = backend.hold_watch("h", timeout=0.2)
-        try:
-            start = time.monotonic()
-            assert held.wait(None) is None  # absent all along: nothing changed before the deadline
-            assert 0.15 <= time.monotonic() - start < 10
-        finally:
-            held.close()
-            held.close()  # twice is harmless
-
     def test_watch_prefix(self, backend_factory: Factory, run_id: str) -> None:
         backend = backend_factory(run_id)
         backend.set("p/a", 1)
@@ -690,6 +654,51 @@ class HandlerConformance:
         assert {p.node_id for p in res[0].participants} == {"node5", "node6"}
         for o in (*others, h):
             o.shutdown()
+
+
+class HeldWatchConformance:
+    """Checks of the optional held watch (:class:`~rallypoint.rendezvous.backend.SupportsHeldWatch`).
+
+    For a backend that offers it: add this class to the backend's conformance class, e.g.
+    ``class TestMyBackend(HeldWatchConformance, MultiProcessBackendConformance)``.
+    """
+
+    def test_held_watch(self, backend_factory: Factory, run_id: str) -> None:
+        """Changes made after the watch was set up, with the key's new entry; the deadline."""
+        backend = backend_factory(run_id)
+        assert isinstance(backend, SupportsHeldWatch), f"{type(backend).__name__} has no hold_watch"
+        other = backend_factory(run_id)
+        seen = backend.set("h", "seen")
+        held = backend.hold_watch("h", timeout=30)
+        try:
+            newer = other.set("h", "new")  # after the hold, before the wait: the watch has it
+            change = held.wait(seen)
+        finally:
+            held.close()
+        assert change is not None
+        if change.entry is not None:  # a backend may leave it to a read
+            assert (change.entry.value, change.entry.version) == ("new", newer)
+        held = backend.hold_watch("h", timeout=30)
+        try:
+            current = backend.set("h", "read by the caller")  # the caller saw this one
+            t = threading.Timer(0.15, lambda: other.delete("h"))
+            t.start()
+            start = time.monotonic()
+            change = held.wait(current)
+            t.join()
+        finally:
+            held.close()
+        assert time.monotonic() - start >= 0.1, "woken by a change the caller had seen"
+        assert change is not None
+        assert change.entry is None  # deleted
+        held = backend.hold_watch("h", timeout=0.2)
+        try:
+            start = time.monotonic()
+            assert held.wait(None) is None  # absent all along: nothing changed before the deadline
+            assert 0.15 <= time.monotonic() - start < 10
+        finally:
+            held.close()
+            held.close()  # twice is harmless
 
 
 class MultiProcessBackendConformance(BackendConformance):
