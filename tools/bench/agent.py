@@ -260,12 +260,29 @@ def _descendants(pid: int) -> list[int]:
     return found
 
 
-def _kill_tree(proc: subprocess.Popen[bytes]) -> None:
-    """SIGKILL ``proc`` and everything under it (a hung torchrun leaves workers holding the port)."""
-    for pid in [*_descendants(proc.pid), proc.pid]:
+def _gone(pid: int) -> bool:
+    """Whether ``pid`` has exited (no such process, or a zombie left to its parent)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except (OSError, IndexError):
+        return True
+
+
+def _kill_tree(proc: subprocess.Popen[bytes], settle: float = 5.0) -> None:
+    """SIGKILL ``proc`` and everything under it (a hung torchrun leaves workers holding the port).
+
+    Returns once they have all exited (or after ``settle`` seconds): a SIGKILLed process still
+    runs until the kernel schedules its exit, and on a busy machine the next run could otherwise
+    start beside workers that still hold the port (the CI saw one alive right after the kill).
+    """
+    victims = [*_descendants(proc.pid), proc.pid]
+    for pid in victims:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
     proc.wait()
+    deadline = time.monotonic() + settle
+    while not all(_gone(pid) for pid in victims) and time.monotonic() < deadline:
+        time.sleep(0.01)
 
 
 def _run(argv: Sequence[str], cwd: str, env: dict[str, str], what: str, timeout: float = COMMAND_TIMEOUT) -> None:
