@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import socket
 import subprocess
@@ -112,7 +113,8 @@ def test_hello_needs_the_token() -> None:
         assert info.value.code() == grpc.StatusCode.UNAUTHENTICATED
 
 
-def test_garbage_and_oversized_messages_on_the_socket_never_crash_a_worker() -> None:
+def test_garbage_and_oversized_messages_on_the_socket_never_crash_a_worker(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="rallypoint_grpc.rpc_socket")
     with g.rpc_group(2, max_frame_bytes=1 << 20) as agents, use_agent(agents[0]):
         attacks = [
             b"garbage" * 10,
@@ -132,6 +134,14 @@ def test_garbage_and_oversized_messages_on_the_socket_never_crash_a_worker() -> 
                     assert b"UNAUTHENTICATED" in _read_reply(sock)[2]
                 sock.shutdown(socket.SHUT_WR)
                 assert _closed(sock), attack[:30]
+        # the worker says why it closed each of them (the sender only sees a connection that ended)
+        closed = [r.getMessage() for r in caplog.records if "closed the connection from 127.0.0.1:" in r.getMessage()]
+        assert len(closed) == len(attacks), closed
+        assert sum("not a request of the rallypoint RPC protocol" in m for m in closed) == 4
+        assert any(f"a frame of {1 << 62} bytes, over max_frame_bytes ({1 << 20})" in m for m in closed)
+        assert any(f"without the job's token, and a body of {1 << 40} bytes" in m for m in closed)
+        assert any("in the middle of a message" in m for m in closed)
+        caplog.clear()
         for frame in (b"", b"RPR1" + b"\xff" * 8, pack(b"{" * 10_000)):  # a bad frame gets an error reply
             with _tcp(agents[1]) as sock:
                 sock.sendall(_request(frame))
@@ -142,6 +152,46 @@ def test_garbage_and_oversized_messages_on_the_socket_never_crash_a_worker() -> 
         with pytest.raises(rpc.RpcRefused, match="max_frame_bytes"):
             rpc.rpc_sync("w1", g.identity, args=(torch.rand(1 << 19),))
         assert g.CALLS == ["add"]
+    assert not [r for r in caplog.records if "closed the connection" in r.getMessage()]  # clean ends say nothing
+
+
+def test_a_call_on_a_connection_the_peer_closed_is_made_once_on_a_new_one() -> None:
+    """A request that could not leave ran nowhere: it is sent again on a new connection, and runs once."""
+    with g.rpc_group(2) as agents, use_agent(agents[0]):
+        assert rpc.rpc_sync("w1", g.add, args=(1, 2)) == 3
+        assert _family(agents) == socket.AF_UNIX
+        for call in (
+            lambda: rpc.rpc_sync("w1", g.add, args=(2, 2)),
+            lambda: rpc.rpc_async("w1", g.add, args=(2, 2)).wait(),
+        ):
+            first = agents[0].transport._connections[agents[1].info.address]  # type: ignore[attr-defined]
+            for conn in list(agents[1].transport._sockets._connections):  # type: ignore[attr-defined]
+                conn.close()
+            assert call() == 4
+            assert first.broken is not None
+            assert "the peer closed it" in first.broken
+            assert agents[0].transport._connections[agents[1].info.address] is not first  # type: ignore[attr-defined]
+        assert g.CALLS == ["add"] * 3
+
+
+def test_a_request_that_cannot_leave_raises_not_sent_and_names_the_peer() -> None:
+    from rallypoint_grpc.rpc_socket_client import ClientConnection, Deadlines, NotSent
+
+    ours, theirs = socket.socketpair()
+    theirs.close()
+    deadlines = Deadlines()
+    conn = ClientConnection(ours, "10.0.0.9:4000", lambda: BEARER, deadlines, 1 << 20)
+    try:
+        with pytest.raises(NotSent, match=r"10\.0\.0\.9:4000 lost: .*Broken pipe \(the peer closed it: it exited, or"):
+            conn.call_blocking([b"frame"], 5)
+        replies: list[Any] = []
+        with pytest.raises(NotSent):  # also when the connection is known to be broken: the caller may try again
+            conn.call([b"frame"], 5, lambda data, err: replies.append(err))
+        assert replies == []  # not answered: the caller decides what to do
+        assert conn._pending == {}
+    finally:
+        conn.close()
+        deadlines.close()
 
 
 def test_with_tls_no_tcp_socket_is_offered(tmp_path: Any) -> None:

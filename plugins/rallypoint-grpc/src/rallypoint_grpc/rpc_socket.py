@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import hmac
+import logging
 import os
 import re
 import shutil
@@ -38,6 +39,8 @@ from rallypoint.rpc.transport import Handler
 from rallypoint_grpc.rpc_shm import process_gone
 
 __all__ = ["HEAD", "MAGIC", "MAX_TOKEN", "REFUSED", "REPLY", "REQUEST", "ProtocolError", "SocketServer", "send_all"]
+
+log = logging.getLogger(__name__)
 
 MAGIC = b"RPS1"
 HEAD = struct.Struct("<4sBBHIQQ")
@@ -62,7 +65,7 @@ class ProtocolError(Exception):
 
 def _recv_exact(reader: Any, view: memoryview) -> None:
     if view.nbytes and reader.readinto(view) != view.nbytes:
-        raise ProtocolError("connection closed in the middle of a message")
+        raise ProtocolError("it ended the connection in the middle of a message")
 
 
 def send_all(sock: socket.socket, parts: list[Any]) -> None:
@@ -221,6 +224,8 @@ class _ServerConnection:
         self._threads = 0
         self._busy = 0
         self._done = False
+        #: Why this worker closes the connection when it is not the peer's doing (logged once, at close).
+        self.why: str | None = None
 
     def spawn(self) -> None:
         with self._state:
@@ -246,7 +251,8 @@ class _ServerConnection:
                     if self._threads - self._busy > _SPARE:
                         self._threads -= 1
                         return  # enough threads wait for the next request
-        except BaseException:  # noqa: BLE001 - nothing a peer sends may escape a connection thread
+        except BaseException as exc:  # noqa: BLE001 - nothing a peer sends may escape a connection thread
+            self.why = self.why or f"an unexpected {type(exc).__name__} while serving it: {exc}"
             self._done = True
         with self._state:
             self._threads -= 1
@@ -266,26 +272,30 @@ class _ServerConnection:
                 if request is not None:
                     return request
                 _recv_exact(self.reader, memoryview(head))
-        except (OSError, ValueError, ProtocolError):
+        except ProtocolError as exc:
+            self.why = self.why or str(exc)
+            self._done = True
+            return None
+        except (OSError, ValueError):
             self._done = True
             return None
 
     def _read_one(self, head: bytearray) -> tuple[int, memoryview] | None:
         magic, kind, _, token_len, _, rid, length = HEAD.unpack(head)
         if magic != MAGIC or kind != REQUEST or token_len > MAX_TOKEN:
-            raise ProtocolError("not a request of the rallypoint RPC protocol")
+            raise ProtocolError(f"not a request of the rallypoint RPC protocol (it began {bytes(head[:8])!r})")
         token = bytearray(token_len)
         _recv_exact(self.reader, memoryview(token))
         if not hmac.compare_digest(bytes(token), self.server._token):
             self._reply(rid, REFUSED, ["UNAUTHENTICATED: missing or wrong token: this worker requires one"])
             if length > _DRAIN:
-                raise ProtocolError("unauthenticated")
+                raise ProtocolError(f"a request without the job's token, and a body of {length} bytes (not read)")
             _recv_exact(self.reader, memoryview(bytearray(length)))
             return None
         limit = self.server.max_frame_bytes
         if length > limit:
             self._reply(rid, REFUSED, [f"RESOURCE_EXHAUSTED: frame larger than max_frame_bytes ({limit} bytes)"])
-            raise ProtocolError("oversized frame")
+            raise ProtocolError(f"a frame of {length} bytes, over max_frame_bytes ({limit})")
         frame = memoryview(bytearray(length))
         _recv_exact(self.reader, frame)
         return rid, frame
@@ -316,9 +326,23 @@ class _ServerConnection:
 
     def close(self) -> None:
         self._done = True
+        why, self.why = self.why, None
+        if why is not None:  # the caller then only sees a connection that ended: say here why
+            log.warning("RPC: closed the connection from %s: %s", _peer_name(self.sock), why)
         with contextlib.suppress(OSError):
             self.sock.shutdown(socket.SHUT_RDWR)
         with self._send_lock, contextlib.suppress(OSError, ValueError):
             self.reader.close()
             self.sock.close()
         self.server._gone(self)
+
+
+def _peer_name(sock: socket.socket) -> str:
+    """The peer's address (``HOST:PORT``), or "a worker of this host" on a Unix socket."""
+    try:
+        peer = sock.getpeername()
+    except OSError:
+        return "a peer"
+    if isinstance(peer, tuple):
+        return f"{peer[0]}:{peer[1]}"
+    return "a worker of this host (Unix socket)"

@@ -26,12 +26,20 @@ from typing import Any
 from rallypoint.rpc.transport import Reply, TransportRefused, TransportTimeout, TransportUnavailable
 from rallypoint_grpc.rpc_socket import HEAD, MAGIC, REFUSED, REPLY, REQUEST, ProtocolError, send_all
 
-__all__ = ["ClientConnection", "Deadlines", "connect"]
+__all__ = ["ClientConnection", "Deadlines", "NotSent", "connect"]
 
 _OK = 0
 _UNIX_BUF = 4 << 20
 _BUFFER = 1 << 16
 _HELPER_POLL = 0.05
+
+
+class NotSent(TransportUnavailable):
+    """The request did not leave whole: the connection had ended (the peer ran nothing of it).
+
+    The peer only runs a request it read to its last byte, and a write that failed wrote none
+    of the bytes it was given, so the call may be made again on a new connection.
+    """
 
 
 class Deadlines:
@@ -190,7 +198,7 @@ class ClientConnection:
         head = HEAD.pack(MAGIC, REQUEST, 0, len(token), 0, rid, size) + token
         with self._lock:
             if self.broken is not None:
-                raise TransportUnavailable(self.broken)
+                raise NotSent(self.broken)
             self._pending[rid] = pending
             if isinstance(pending, _Waiter):
                 self._blocking += 1
@@ -201,11 +209,22 @@ class ClientConnection:
                 send_all(self.sock, [head, *frame])
         except OSError as exc:
             why = f"connection to {self.peer} lost: {exc}"
+            if isinstance(exc, BrokenPipeError | ConnectionResetError):
+                why += " (the peer closed it: it exited, or it logged why it closed the connection)"
+            with self._lock:  # this call fails here, not among the others that the connection's end fails
+                if self._pending.pop(rid, None) is not None:
+                    if isinstance(pending, _Waiter):
+                        self._blocking -= 1
+                    else:
+                        self._async -= 1
             self._fail(why)
-            raise TransportUnavailable(why) from None
+            raise NotSent(why) from None
 
     def call_blocking(self, frame: list[Any], timeout: float | None) -> Any:
-        """Send ``frame`` and wait for the reply frame in this thread; raises transport errors."""
+        """Send ``frame`` and wait for the reply frame in this thread; raises transport errors.
+
+        :class:`NotSent`: the request could not leave (nothing of it ran).
+        """
         deadline = None if timeout is None else time.monotonic() + timeout
         rid = next(self._ids)
         waiter = _Waiter()
@@ -248,11 +267,14 @@ class ClientConnection:
             raise TransportTimeout(f"DEADLINE_EXCEEDED: no reply from {self.peer} within {timeout:g}s")
 
     def call(self, frame: list[Any], timeout: float | None, reply: Reply) -> None:
-        """Send ``frame``; ``reply`` is called once, by the reader (or the deadline thread)."""
+        """Send ``frame``; ``reply`` is called once, by the reader (or the deadline thread).
+
+        Raises :class:`NotSent` (and ``reply`` is not called) when the request could not leave.
+        """
         rid = next(self._ids)
         try:
             self._send(rid, frame, reply)
-        except (TransportRefused, TransportUnavailable) as exc:
+        except TransportRefused as exc:
             reply(None, exc)
             return
         if timeout is not None:

@@ -36,7 +36,7 @@ from rallypoint.rpc.wire import frame_size
 from rallypoint_grpc.rpc_options import GrpcRpcOptions
 from rallypoint_grpc.rpc_shm import METADATA_KEY, REF_MAGIC, THRESHOLD, SharedMemoryPath
 from rallypoint_grpc.rpc_socket import SocketServer
-from rallypoint_grpc.rpc_socket_client import ClientConnection, Deadlines, connect
+from rallypoint_grpc.rpc_socket_client import ClientConnection, Deadlines, NotSent, connect
 from rallypoint_grpc.transport import (
     TOKEN_HEADER,
     TlsFiles,
@@ -167,7 +167,10 @@ class GrpcRpcTransport:
             reply(None, exc)
             return
         if conn is not None:
-            conn.call(frame, timeout, reply)
+            try:
+                conn.call(frame, timeout, reply)
+            except NotSent as exc:  # the peer closed the connection before: once more, on a new one
+                self._call_again(address, frame, timeout, reply, exc)
             return
         channel = get_channel(address, self._client_tls, max_message_bytes=self.options.max_message_bytes)
         if self._streamed(address, frame):
@@ -197,7 +200,13 @@ class GrpcRpcTransport:
         """The same call, made in the caller's thread; raises a transport error."""
         conn = self._connection(address, timeout)
         if conn is not None:
-            return conn.call_blocking(frame, timeout)
+            try:
+                return conn.call_blocking(frame, timeout)
+            except NotSent as exc:  # the peer closed the connection before: once more, on a new one
+                conn = self._connection(address, timeout)
+                if conn is None:
+                    raise exc from None
+                return conn.call_blocking(frame, timeout)
         channel = get_channel(address, self._client_tls, max_message_bytes=self.options.max_message_bytes)
         if self._streamed(address, frame):
             return self._stream(channel, address, frame, timeout)
@@ -211,6 +220,16 @@ class GrpcRpcTransport:
             raise TransportUnavailable(str(exc)) from None
         finally:
             self._forget(sent)
+
+    def _call_again(self, address: str, frame: list[Any], timeout: float | None, reply: Reply, first: NotSent) -> None:
+        """The second and last try of an asynchronous call whose request could not leave."""
+        try:
+            conn = self._connection(address, timeout)
+            if conn is None:
+                raise first
+            conn.call(frame, timeout, reply)
+        except TransportError as exc:
+            reply(None, exc)
 
     def _unary(self, channel: grpc.Channel) -> Any:
         """The channel's callable for :data:`METHOD`, made once per channel."""
