@@ -96,3 +96,55 @@ def test_remote_exceptions_are_rebuilt_or_wrapped() -> None:
     assert "raised on w3" in str(wrapped)
     info["type"] = "builtins:print"  # not an exception class
     assert isinstance(rebuild_exception(info, decoder), RemoteException)
+
+
+# --------------------------------------------------------------------------- shutdown barriers
+class _CountingStore:
+    """torch's in-memory store, counting the requests a barrier makes."""
+
+    def __init__(self) -> None:
+        import torch.distributed as dist
+
+        self.inner = dist.HashStore()
+        self.requests = 0
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self.inner, name)
+
+        def counted(*args: Any) -> Any:
+            self.requests += 1
+            return method(*args)
+
+        return counted
+
+
+def test_a_barrier_finds_the_few_missing_ranks_of_a_large_group_with_few_requests() -> None:
+    from rallypoint.rpc.group import StoreGroup
+
+    store = _CountingStore()
+    group = StoreGroup(store, 0, 1024, owns_server=False, host="127.0.0.1")
+    keys = [f"b/{r}" for r in range(1024)]
+    for r in range(1024):
+        if r not in (5, 700):
+            store.inner.set(keys[r], "1")
+    store.requests = 0
+    assert group._missing(keys) == [5, 700]
+    assert store.requests <= 45  # about 2 x 2 x log2(1024), not one request per rank
+
+
+def test_a_barrier_waits_for_the_last_rank_and_names_the_missing_at_its_timeout() -> None:
+    from rallypoint.rpc.errors import RpcTimeout
+    from rallypoint.rpc.group import StoreGroup
+
+    store = _CountingStore()
+    groups = [StoreGroup(store, r, 3, owns_server=False, host="127.0.0.1") for r in range(3)]
+    for g in groups:  # the same prefix for all three (as in three processes)
+        g.prefix = "rpc/"
+    with pytest.raises(RpcTimeout, match=r"ranks \[1, 2\]"):
+        groups[0].barrier("drained", 0.3)
+    late = threading.Timer(0.2, lambda: groups[2].barrier("stopping", 5))
+    late.start()
+    threading.Thread(target=groups[1].barrier, args=("stopping", 5)).start()
+    groups[0].barrier("stopping", 5)  # returns once rank 2 arrives
+    late.join()
+    assert store.inner.add("rpc/stopping/arrived", 0) == 3

@@ -25,6 +25,10 @@ from rallypoint.rpc.errors import RpcError, RpcTimeout, WorkerUnavailable
 __all__ = ["StoreGroup", "serving_host"]
 
 _GENERATION = 0
+#: A barrier looks at the store after this pause, then after twice as long... up to _LAST_POLL.
+_FIRST_POLL, _LAST_POLL = 0.002, 0.1
+#: How often a barrier asks about the ranks that have not arrived (are they still alive?).
+_LOOK_EVERY = 1.0
 
 
 def _store_address(init_method: str | None, environ: Mapping[str, str]) -> tuple[str, int]:
@@ -132,22 +136,41 @@ class StoreGroup:
         """
         self.store.set(f"{self.prefix}{name}/{self.rank}", "1")
         keys = [f"{self.prefix}{name}/{r}" for r in range(self.world_size)]
+        counter = f"{self.prefix}{name}/arrived"
+        self.store.add(counter, 1)
         deadline = None if not timeout else time.monotonic() + timeout
-        while True:
-            left = 1.0 if deadline is None else min(1.0, deadline - time.monotonic())
-            try:
-                self.store.wait(keys, datetime.timedelta(seconds=max(left, 0.001)))
-                return
-            except RuntimeError:
-                missing = [r for r in range(self.world_size) if not self.store.check([keys[r]])]
-            if not missing:
-                return
-            for rank in missing:
-                who = dead(rank) if dead is not None else None
-                if who is not None:
-                    raise WorkerUnavailable(who, f"it is gone before reaching the {name} barrier of shutdown")
-            if deadline is not None and time.monotonic() >= deadline:
-                raise RpcTimeout(f"ranks {missing}", f"shutdown ({name})", timeout or 0.0)
+        # Polled (one counter read, whatever the world size), not waited for with
+        # `store.wait(keys, timeout)`: the store's client logs two warnings at every timed-out
+        # wait, and a worker that waits in shutdown for the others (the owner of a model, while
+        # the trainer trains) filled its log with them.
+        pause, next_look = _FIRST_POLL, time.monotonic() + _LOOK_EVERY
+        while self.store.add(counter, 0) < self.world_size:
+            now = time.monotonic()
+            if deadline is not None and now >= deadline:
+                raise RpcTimeout(f"ranks {self._missing(keys)}", f"shutdown ({name})", timeout or 0.0)
+            if now >= next_look:
+                for rank in self._missing(keys):
+                    who = dead(rank) if dead is not None else None
+                    if who is not None:
+                        raise WorkerUnavailable(who, f"it is gone before reaching the {name} barrier of shutdown")
+                next_look = time.monotonic() + _LOOK_EVERY
+            time.sleep(pause if deadline is None else max(0.0, min(pause, deadline - now)))
+            pause = min(pause * 2, _LAST_POLL)
+
+    def _missing(self, keys: list[str]) -> list[int]:
+        """The ranks whose key is not in the store (halves the range: few requests when few are missing)."""
+        out: list[int] = []
+        todo = [(0, len(keys))]
+        while todo:
+            lo, hi = todo.pop()
+            if hi <= lo or self.store.check(keys[lo:hi]):
+                continue
+            if hi - lo == 1:
+                out.append(lo)
+            else:
+                mid = (lo + hi) // 2
+                todo += [(mid, hi), (lo, mid)]
+        return sorted(out)
 
     def close(self, timeout: float = 30.0) -> None:
         """Leave; the rank that serves the store waits (``timeout`` at most) for the others to leave first."""
