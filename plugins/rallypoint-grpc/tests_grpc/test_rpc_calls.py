@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import threading
 import time
 
 import pytest
@@ -76,6 +77,36 @@ def test_the_owner_keeps_the_value_while_any_worker_holds_a_reference() -> None:
         del kept
         _wait_for(lambda: len(agents[1].owned) == 0, "the owner to drop the value")
         _wait_for(lambda: len(agents[2].held) == 0 and len(agents[0].held) == 0, "holders to forget it")
+
+
+def test_an_rref_collected_while_its_thread_sends_gives_its_credit_back_without_deadlock() -> None:
+    """The garbage collector runs finalizers wherever a thread happens to allocate, inside a send too.
+
+    The credit of a collected RRef went back to its owner from the finalizer itself, in that
+    thread: inside a send to the same peer it waited for the connection's lock, which that very
+    thread held, for ever.
+    """
+    with g.rpc_group(2) as agents, use_agent(agents[0]):
+        rref = rpc.remote("w1", g.Counter, args=(5,))
+        assert rref.rpc_sync().get() == 5
+        assert len(agents[1].owned) == 1
+        conn = agents[0].transport._connections[agents[1].info.address]  # type: ignore[attr-defined]
+        refs = [rref]
+        del rref
+        collected = threading.Event()
+
+        def collect_inside_a_send() -> None:
+            with conn._send_lock:  # as if the collector ran while this thread was sending to w1
+                refs.clear()  # the last reference: the RRef's finalizer runs here
+                gc.collect()
+                collected.set()
+
+        thread = threading.Thread(target=collect_inside_a_send, daemon=True)
+        thread.start()
+        thread.join(10)
+        assert collected.is_set(), "the RRef's finalizer waited for the lock its own thread held"
+        _wait_for(lambda: len(agents[1].owned) == 0, "the owner to drop the value")
+        assert len(agents[0].held) == 0
 
 
 def test_a_value_shared_with_rref_is_freed_after_the_last_user() -> None:

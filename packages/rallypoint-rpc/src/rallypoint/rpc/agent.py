@@ -11,6 +11,8 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import itertools
+import logging
+import queue
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -32,6 +34,7 @@ __all__ = ["CURRENT_AGENT", "RpcAgent", "WorkerInfo"]
 #: The agent running the call in progress in this thread (set by :meth:`RpcAgent.handle`).
 CURRENT_AGENT: contextvars.ContextVar[RpcAgent | None] = contextvars.ContextVar("rallypoint_rpc_agent", default=None)
 _VERSION = 1
+log = logging.getLogger("rallypoint.rpc")
 
 
 @dataclass(frozen=True)
@@ -84,6 +87,9 @@ class RpcAgent:
         self._pending_lock = threading.Condition()
         self._completer = ThreadPoolExecutor(4, thread_name_prefix=f"rpc-{info.name}-reply")
         self._closed = False
+        #: RRef ids whose local objects were collected, for the thread that gives their credits back.
+        self._collected: queue.SimpleQueue[str | threading.Event | None] = queue.SimpleQueue()
+        threading.Thread(target=self._give_back_collected, name=f"rpc-{info.name}-collected", daemon=True).start()
         self._ops: dict[str, Callable[[dict[str, Any], list[Any]], Any]] = {
             "call": self._op_call,
             "remote": self._op_remote,
@@ -296,6 +302,35 @@ class RpcAgent:
 
         return received(self, value, tag)
 
+    def collected(self, rref_id: str) -> None:
+        """A local RRef object of ``rref_id`` was collected (its finalizer; safe wherever it runs).
+
+        The garbage collector runs finalizers in whatever thread allocates, at any point, also
+        while that thread holds a lock of the transport (in the middle of a send). So nothing
+        happens here but a put on a queue (:class:`queue.SimpleQueue` is safe to reenter); the
+        agent's own thread gives the credits back.
+        """
+        self._collected.put(rref_id)
+
+    def flush_collected(self, timeout: float | None = None) -> bool:
+        """Wait until the credits of every RRef collected so far were given back (sent, not answered)."""
+        done = threading.Event()
+        self._collected.put(done)
+        return done.wait(timeout)
+
+    def _give_back_collected(self) -> None:
+        while True:
+            item = self._collected.get()
+            if item is None:
+                return
+            if isinstance(item, threading.Event):
+                item.set()
+                continue
+            try:
+                self.held.release(item)
+            except Exception as exc:  # noqa: BLE001 - this thread must go on; the owner frees it at shutdown anyway
+                log.debug("%s: giving back the credits of RRef %s failed: %s", self.info.name, item, exc)
+
     def _give_back(self, owner: str, rref_id: str, credits: int) -> None:
         if owner == self.info.name:
             self.owned.decref(rref_id, credits)
@@ -411,6 +446,7 @@ class RpcAgent:
     def close(self) -> None:
         """Stop serving and drop every RRef (after the group-wide drain, see :mod:`~rallypoint.rpc.api`)."""
         self._closed = True
+        self._collected.put(None)
         self.held.clear()
         self.owned.clear()
         self.transport.close()

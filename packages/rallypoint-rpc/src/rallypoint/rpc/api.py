@@ -126,9 +126,11 @@ def shutdown(graceful: bool = True, timeout: float = 0) -> None:
             if graceful:
                 limit = timeout or None
                 gc.collect()
+                agent.flush_collected(limit)
                 agent.wait_idle(limit)
                 group.barrier("drained", limit, agent.dead)
                 gc.collect()  # references dropped by the last calls give their credits back now
+                agent.flush_collected(limit)
                 agent.wait_idle(limit)
                 group.barrier("stopping", limit, agent.dead)
                 left_together = True

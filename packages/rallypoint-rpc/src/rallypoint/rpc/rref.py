@@ -50,7 +50,7 @@ class RRef(Generic[T]):
         self._agent, self.rref_id, self._owner, self._creation = agent, rref_id, owner, creation
         agent.held.adopt(rref_id, owner.name, creation)
         # not at interpreter exit: the owners are going away too, and there is no one to tell
-        weakref.finalize(self, agent.held.release, rref_id).atexit = False
+        weakref.finalize(self, agent.collected, rref_id).atexit = False
 
     def __repr__(self) -> str:
         return f"RRef(id={self.rref_id}, owner={self._owner.name})"
