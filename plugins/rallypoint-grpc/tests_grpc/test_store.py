@@ -73,6 +73,43 @@ def test_the_log_is_replayed_and_a_torn_last_line_is_ignored(tmp_path: Path) -> 
     assert all(rec["op"] in ("rev", "put", "del") for rec in lines)
 
 
+def test_a_join_is_one_line_of_the_log_so_a_crash_keeps_its_record_and_count_together(tmp_path: Path) -> None:
+    """A server killed between the join record's line and its counter's line kept a record without its count."""
+    store = Store(data_dir=tmp_path)
+    store.create_and_add("run", "join/1/a", '{"n": "a"}', "count/1", 1)
+    log = store._log
+    assert log is not None
+    real_write, calls = log.write, []
+
+    def dies_after_one_write(text: str) -> int:  # the process is killed right after its first write
+        calls.append(text)
+        if len(calls) > 1:
+            raise SystemExit("killed")
+        return real_write(text)
+
+    log.write = dies_after_one_write  # type: ignore[method-assign]
+    with pytest.raises(SystemExit):
+        store.create_and_add("run", "join/1/b", '{"n": "b"}', "count/1", 1)
+        store.set("run", "after", "1", None)  # the next write: the process is gone by now
+    log.flush()
+    again = Store(data_dir=tmp_path)
+    assert again.get("run", "join/1/b") is not None
+    assert again.get("run", "count/1") == ("2", 4)  # the record and its count, together
+    assert again.get("run", "after") is None
+
+
+def test_a_join_over_the_size_limit_leaves_nothing_after_a_replay(tmp_path: Path) -> None:
+    store = Store(data_dir=tmp_path, limits=Limits(max_total_bytes=21))  # "count/1" + "9": 8 bytes
+    store.set("run", "count/1", "9", None)
+    with pytest.raises(StoreError, match="the limit is 21"):  # the record fits (21 bytes), its count ("10") not
+        store.create_and_add("run", "j", '"' + "x" * 10 + '"', "count/1", 1)
+    assert store.get("run", "j") is None
+    store.close()
+    again = Store(data_dir=tmp_path)
+    assert again.get("run", "j") is None
+    assert again.get("run", "count/1") == ("9", 1)
+
+
 @pytest.mark.parametrize(
     ("options", "message"),
     [

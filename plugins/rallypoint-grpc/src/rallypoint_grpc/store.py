@@ -6,8 +6,10 @@ are :class:`asyncio.Event` objects indexed by key (and a short list of prefix wa
 wakes exactly the watches it concerns and nothing polls.
 
 Persistence (``data_dir``): every write is appended to ``<data_dir>/rendezvous.log`` as one JSON
-line and flushed (it survives the server process being killed; ``fsync`` is not called, so a power
-loss may drop the last writes). On start the log is replayed, then compacted to the live state.
+line and flushed, and the writes of one request (a join's record and its counter) as one line, so
+a crash keeps all of them or none. That survives the server process being killed; ``fsync`` is
+not called, so a power loss may drop the last writes. On start the log is replayed, then
+compacted to the live state.
 Leases (TTLs) run on the server's clock; the log keeps their expiry in wall time, so they keep
 counting while the server is down.
 """
@@ -22,7 +24,7 @@ import json
 import os
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -119,6 +121,7 @@ class Store:
         self.watches = 0
         self._replies: OrderedDict[str, Any] = OrderedDict()
         self._log: IO[str] | None = None
+        self._grouped: list[dict[str, Any]] | None = None
         if data_dir is not None:
             self._open_log(Path(data_dir))
 
@@ -133,7 +136,7 @@ class Store:
             for name, sp in self.spaces.items():
                 out.write(json.dumps({"op": "rev", "s": name, "v": sp.revision}) + "\n")
                 for key, item in sp.data.items():
-                    out.write(self._put_line(name, key, item) + "\n")
+                    out.write(json.dumps(self._put_record(name, key, item)) + "\n")
             out.flush()
             os.fsync(out.fileno())
         os.replace(tmp, path)
@@ -145,28 +148,49 @@ class Store:
             for line in f:
                 try:
                     rec = json.loads(line)
-                    sp = self.spaces.get(rec["s"]) or self.spaces.setdefault(rec["s"], _Space(rec["s"]))
-                    sp.revision = max(sp.revision, int(rec["v"]))
-                    if rec["op"] == "put":
-                        wall = rec.get("x")
-                        expiry = None if wall is None else now + (float(wall) - now_wall)
-                        self._store(sp, rec["k"], _Item(rec["t"], int(rec["v"]), expiry))
-                    elif rec["op"] == "del":
-                        self._drop(sp, rec["k"])
+                    for one in rec["ops"] if rec["op"] == "multi" else [rec]:
+                        self._replay_one(one, now_wall, now)
                 except (ValueError, KeyError, TypeError):
                     # A line cut short by a crash is the last one: everything before it stands.
                     break
         for sp in self.spaces.values():
             self.expire(sp)
 
-    def _put_line(self, space: str, key: str, item: _Item) -> str:
-        wall = None if item.expiry is None else time.time() + (item.expiry - self.clock())
-        return json.dumps({"op": "put", "s": space, "k": key, "t": item.text, "v": item.version, "x": wall})
+    def _replay_one(self, rec: dict[str, Any], now_wall: float, now: float) -> None:
+        sp = self.spaces.get(rec["s"]) or self.spaces.setdefault(rec["s"], _Space(rec["s"]))
+        sp.revision = max(sp.revision, int(rec["v"]))
+        if rec["op"] == "put":
+            wall = rec.get("x")
+            expiry = None if wall is None else now + (float(wall) - now_wall)
+            self._store(sp, rec["k"], _Item(rec["t"], int(rec["v"]), expiry))
+        elif rec["op"] == "del":
+            self._drop(sp, rec["k"])
 
-    def _append(self, line: str) -> None:
-        if self._log is not None:
-            self._log.write(line + "\n")
-            self._log.flush()
+    def _put_record(self, space: str, key: str, item: _Item) -> dict[str, Any]:
+        wall = None if item.expiry is None else time.time() + (item.expiry - self.clock())
+        return {"op": "put", "s": space, "k": key, "t": item.text, "v": item.version, "x": wall}
+
+    def _append(self, record: dict[str, Any]) -> None:
+        if self._log is None:
+            return
+        if self._grouped is not None:
+            self._grouped.append(record)
+            return
+        self._log.write(json.dumps(record) + "\n")
+        self._log.flush()
+
+    @contextlib.contextmanager
+    def _one_line(self) -> Iterator[None]:
+        """The writes made inside go to the log as one line, written when the block ends (also by an error)."""
+        self._grouped = []
+        try:
+            yield
+        finally:
+            records, self._grouped = self._grouped, None
+            if len(records) == 1:
+                self._append(records[0])
+            elif records:
+                self._append({"op": "multi", "ops": records})
 
     def close(self) -> None:
         """Close the log file."""
@@ -231,7 +255,7 @@ class Store:
             if item is not None and item.version == version:
                 sp.revision += 1
                 self._drop(sp, key)
-                self._append(json.dumps({"op": "del", "s": sp.name, "k": key, "v": sp.revision}))
+                self._append({"op": "del", "s": sp.name, "k": key, "v": sp.revision})
                 self._wake(sp, key)
         return sp.leases[0][0] if sp.leases else None
 
@@ -254,7 +278,7 @@ class Store:
         sp.revision += 1
         item = _Item(text, sp.revision, expiry)
         self._store(sp, key, item)
-        self._append(self._put_line(name, key, item))
+        self._append(self._put_record(name, key, item))
         self._wake(sp, key)
         return sp.revision
 
@@ -346,15 +370,16 @@ class Store:
             if item is not None:
                 return False, (item.text, item.version), 0
             total = self._sum(sp, counter, amount)
-            self._write(name, sp, key, text, None)
-            try:
-                self._write(name, sp, counter, str(total), None)
-            except StoreError:  # over a limit: take the key back, so that neither write happened
-                sp.revision += 1
-                self._drop(sp, key)
-                self._append(json.dumps({"op": "del", "s": name, "k": key, "v": sp.revision}))
-                self._wake(sp, key)
-                raise
+            with self._one_line():  # the record and its count: both in the log, or neither
+                self._write(name, sp, key, text, None)
+                try:
+                    self._write(name, sp, counter, str(total), None)
+                except StoreError:  # over a limit: take the key back, so that neither write happened
+                    sp.revision += 1
+                    self._drop(sp, key)
+                    self._append({"op": "del", "s": name, "k": key, "v": sp.revision})
+                    self._wake(sp, key)
+                    raise
             return True, None, total
 
         result: tuple[bool, tuple[str, int] | None, int] = self._once(request_id, apply)
@@ -371,7 +396,7 @@ class Store:
                 return False
             sp.revision += 1
             self._drop(sp, key)
-            self._append(json.dumps({"op": "del", "s": name, "k": key, "v": sp.revision}))
+            self._append({"op": "del", "s": name, "k": key, "v": sp.revision})
             self._wake(sp, key)
             return True
 
