@@ -37,8 +37,9 @@ _HELPER_POLL = 0.05
 class NotSent(TransportUnavailable):
     """The request did not leave whole: the connection had ended (the peer ran nothing of it).
 
-    The peer only runs a request it read to its last byte, and a write that failed wrote none
-    of the bytes it was given, so the call may be made again on a new connection.
+    The peer runs a request only once it has read it to its last byte, and the write that failed
+    wrote none of the bytes it was given: at most a first part of the request reached the peer,
+    which it drops with the connection. So the call may be made again on a new connection.
     """
 
 
