@@ -174,6 +174,27 @@ def test_a_call_on_a_connection_the_peer_closed_is_made_once_on_a_new_one() -> N
         assert g.CALLS == ["add"] * 3
 
 
+@pytest.mark.parametrize("kind", ["blocking", "async"])
+def test_a_call_whose_peer_closed_its_socket_and_offers_none_now_goes_over_grpc(
+    monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    from rallypoint_grpc import rpc_transport
+
+    with g.rpc_group(2) as agents, use_agent(agents[0]):
+        assert rpc.rpc_sync("w1", g.add, args=(1, 2)) == 3
+        for conn in list(agents[1].transport._sockets._connections):  # type: ignore[attr-defined]
+            conn.close()
+
+        def unreachable(kind: str, where: Any, timeout: float) -> socket.socket:
+            raise ConnectionRefusedError(f"{kind} {where}: refused (a firewall, in this test)")
+
+        monkeypatch.setattr(rpc_transport, "connect", unreachable)
+        call = rpc.rpc_sync if kind == "blocking" else (lambda *a, **k: rpc.rpc_async(*a, **k).wait())
+        assert call("w1", g.add, args=(2, 2)) == 4
+        assert agents[0].transport._connections[agents[1].info.address] is None  # type: ignore[attr-defined]
+        assert g.CALLS == ["add", "add"]
+
+
 def test_a_request_that_cannot_leave_raises_not_sent_and_names_the_peer() -> None:
     from rallypoint_grpc.rpc_socket_client import ClientConnection, Deadlines, NotSent
 

@@ -169,9 +169,13 @@ class GrpcRpcTransport:
         if conn is not None:
             try:
                 conn.call(frame, timeout, reply)
-            except NotSent as exc:  # the peer closed the connection before: once more, on a new one
-                self._call_again(address, frame, timeout, reply, exc)
+            except NotSent:  # the peer closed the connection before: once more, on a new one
+                self._call_again(address, frame, timeout, reply)
             return
+        self._call_grpc(address, frame, timeout, reply)
+
+    def _call_grpc(self, address: str, frame: list[Any], timeout: float | None, reply: Reply) -> None:
+        """:meth:`call` as a gRPC call (a peer without sockets, or with sockets off)."""
         channel = get_channel(address, self._client_tls, max_message_bytes=self.options.max_message_bytes)
         if self._streamed(address, frame):
             self._streams.submit(self._stream_reply, channel, address, frame, timeout, reply)
@@ -202,11 +206,11 @@ class GrpcRpcTransport:
         if conn is not None:
             try:
                 return conn.call_blocking(frame, timeout)
-            except NotSent as exc:  # the peer closed the connection before: once more, on a new one
+            except NotSent:  # the peer closed the connection before: once more, on a new one
                 conn = self._connection(address, timeout)
-                if conn is None:
-                    raise exc from None
-                return conn.call_blocking(frame, timeout)
+                if conn is not None:
+                    return conn.call_blocking(frame, timeout)
+                # the peer offers no socket any more: over gRPC
         channel = get_channel(address, self._client_tls, max_message_bytes=self.options.max_message_bytes)
         if self._streamed(address, frame):
             return self._stream(channel, address, frame, timeout)
@@ -221,12 +225,13 @@ class GrpcRpcTransport:
         finally:
             self._forget(sent)
 
-    def _call_again(self, address: str, frame: list[Any], timeout: float | None, reply: Reply, first: NotSent) -> None:
+    def _call_again(self, address: str, frame: list[Any], timeout: float | None, reply: Reply) -> None:
         """The second and last try of an asynchronous call whose request could not leave."""
         try:
             conn = self._connection(address, timeout)
-            if conn is None:
-                raise first
+            if conn is None:  # the peer offers no socket any more: over gRPC
+                self._call_grpc(address, frame, timeout, reply)
+                return
             conn.call(frame, timeout, reply)
         except TransportError as exc:
             reply(None, exc)
