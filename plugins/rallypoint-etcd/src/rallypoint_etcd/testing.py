@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import random
 import shutil
 import signal
 import socket
@@ -122,12 +123,51 @@ def etcd_binary() -> str:
     )
 
 
+#: Ports for servers are drawn from here, below the kernel's range of ephemeral ports.
+_SERVER_PORTS = (20000, 32768)
+#: How often a server whose port was taken between choosing it and binding it is started again.
+_PORT_TRIES = 4
+
+
+def _ephemeral_start() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return _SERVER_PORTS[1]
+
+
 def free_port() -> int:
-    """A TCP port free on 127.0.0.1 right now."""
+    """A TCP port free on 127.0.0.1 right now, below the kernel's ephemeral range when possible.
+
+    A port the kernel hands out (bind to port 0) is an ephemeral one: any outgoing connection
+    of this host may take it as its local port before the server that was to listen on it
+    binds it (the CI saw etcd fail with "address already in use" that way). A random port
+    below that range is taken only by another server that chose it.
+    """
+    high = min(_SERVER_PORTS[1], _ephemeral_start())
+    for _ in range(50):
+        port = random.randrange(_SERVER_PORTS[0], high) if high > _SERVER_PORTS[0] else 0
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            found: int = s.getsockname()[1]
+            return found
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+        last: int = s.getsockname()[1]
+        return last
+
+
+def _port_taken(log: Path, since: int) -> bool:
+    """Whether etcd's log, from byte ``since``, says that a port it was to listen on was taken."""
+    try:
+        with log.open("rb") as f:
+            f.seek(since)
+            return b"address already in use" in f.read()
+    except OSError:
+        return False
 
 
 class EtcdServer:
@@ -160,6 +200,7 @@ class EtcdServer:
         self.data_dir = Path(data_dir) if data_dir is not None else Path(tempfile.mkdtemp(prefix="rp-etcd-"))
         self.name = name
         self.enable_v2 = enable_v2
+        self._chosen = (client_port is None, peer_port is None)  # ports this object may choose again
         self.client_port = client_port or free_port()
         self.peer_port = peer_port or free_port()
         self.cluster = cluster
@@ -207,14 +248,45 @@ class EtcdServer:
         return cmd + list(self.extra_args)
 
     def start(self, *, wait: bool = True, timeout: float = 30.0) -> EtcdServer:
-        """Start the server (again, on the same ports and data directory); wait until healthy."""
+        """Start the server (again, on the same ports and data directory); wait until healthy.
+
+        A first start whose ports it chose itself is made again on other ports when one was
+        taken meanwhile (at most :data:`_PORT_TRIES` times).
+        """
         if self.proc is not None and self.proc.poll() is None:
             return self
-        self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
-        self.proc = subprocess.Popen(self.command(), stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
-        if wait:
-            self.wait_healthy(timeout)
-        return self
+        for attempt in range(1, _PORT_TRIES + 1):
+            since = self.log_path.stat().st_size if self.log_path.exists() else 0
+            self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
+            self.proc = subprocess.Popen(
+                self.command(), stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True
+            )
+            if not wait:
+                return self
+            try:
+                self.wait_healthy(timeout)
+                return self
+            except RuntimeError:
+                if attempt == _PORT_TRIES or not self.choose_ports_again(since):
+                    raise
+        return self  # pragma: no cover - the loop returns or raises
+
+    def choose_ports_again(self, since: int) -> bool:
+        """After a failed start: other ports, if a port was taken and this object chose it (``False``: no)."""
+        if not _port_taken(self.log_path, since) or not any(self._chosen) or self.started_before:
+            return False
+        self.stop()
+        if self._chosen[0]:
+            self.client_port = free_port()
+        if self._chosen[1]:
+            self.peer_port = free_port()
+        return True
+
+    @property
+    def started_before(self) -> bool:
+        """Whether the data directory holds a member that ran (its write-ahead log; then its ports stay)."""
+        wal = self.data_dir / "member" / "wal"
+        return wal.is_dir() and any(wal.iterdir())
 
     def wait_healthy(self, timeout: float = 30.0) -> None:
         """Poll ``/health`` until the member reports healthy.
@@ -284,13 +356,8 @@ class EtcdCluster:
 
     def __init__(self, size: int = 3, *, enable_v2: bool = False) -> None:
         self.root = Path(tempfile.mkdtemp(prefix="rp-etcd-cluster-"))
-        names = [f"rp{i}" for i in range(size)]
-        peers = [free_port() for _ in names]
-        cluster = ",".join(f"{n}=http://127.0.0.1:{p}" for n, p in zip(names, peers, strict=True))
-        self.members = [
-            EtcdServer(self.root / n, name=n, enable_v2=enable_v2, cluster=cluster, peer_port=p)
-            for n, p in zip(names, peers, strict=True)
-        ]
+        self._enable_v2 = enable_v2
+        self.members = self._make_members([f"rp{i}" for i in range(size)], enable_v2)
 
     @property
     def endpoints(self) -> list[str]:
@@ -298,12 +365,40 @@ class EtcdCluster:
         return [m.endpoint for m in self.members]
 
     def start(self, timeout: float = 60.0) -> EtcdCluster:
-        """Start every member and wait until each is healthy."""
+        """Start every member and wait until each is healthy.
+
+        When a port was taken between choosing it and binding it, the whole cluster starts again
+        on new ports, from empty data directories (at most :data:`_PORT_TRIES` times).
+        """
+        for attempt in range(1, _PORT_TRIES + 1):
+            sizes = [m.log_path.stat().st_size if m.log_path.exists() else 0 for m in self.members]
+            for m in self.members:
+                m.start(wait=False)
+            try:
+                for m in self.members:
+                    m.wait_healthy(timeout)
+                return self
+            except RuntimeError:
+                taken = any(_port_taken(m.log_path, n) for m, n in zip(self.members, sizes, strict=True))
+                if attempt == _PORT_TRIES or not taken:
+                    raise
+                self._new_members()
+        return self  # pragma: no cover - the loop returns or raises
+
+    def _new_members(self) -> None:
+        """Stop the members, forget their data and choose new ports for all of them."""
         for m in self.members:
-            m.start(wait=False)
-        for m in self.members:
-            m.wait_healthy(timeout)
-        return self
+            m.stop()
+            shutil.rmtree(m.data_dir, ignore_errors=True)
+        self.members = self._make_members([m.name for m in self.members], self._enable_v2)
+
+    def _make_members(self, names: list[str], enable_v2: bool) -> list[EtcdServer]:
+        peers = [free_port() for _ in names]
+        cluster = ",".join(f"{n}=http://127.0.0.1:{p}" for n, p in zip(names, peers, strict=True))
+        return [
+            EtcdServer(self.root / n, name=n, enable_v2=enable_v2, cluster=cluster, peer_port=p)
+            for n, p in zip(names, peers, strict=True)
+        ]
 
     def leader(self) -> EtcdServer:
         """The member that leads now (asked over the v3 JSON gateway)."""
