@@ -244,14 +244,18 @@ class Hung(BenchmarkError):
         self.seconds = seconds
 
 
+def _stat(pid: int | str) -> list[str]:
+    """The fields of ``/proc/<pid>/stat`` after the command name: state, ppid, ... (raises OSError when gone)."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+
+
 def _descendants(pid: int) -> list[int]:
     """Every process under ``pid`` (whatever session or group it moved to), from /proc."""
     children: dict[int, list[int]] = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             with contextlib.suppress(OSError, IndexError, ValueError):
-                stat = Path(f"/proc/{entry}/stat").read_text()
-                children.setdefault(int(stat.rsplit(")", 1)[1].split()[1]), []).append(int(entry))
+                children.setdefault(int(_stat(entry)[1]), []).append(int(entry))
     found, todo = [], [pid]
     while todo:
         for child in children.get(todo.pop(), []):
@@ -263,7 +267,7 @@ def _descendants(pid: int) -> list[int]:
 def _gone(pid: int) -> bool:
     """Whether ``pid`` has exited (no such process, or a zombie left to its parent)."""
     try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+        return _stat(pid)[0] in ("Z", "X")
     except (OSError, IndexError):
         return True
 
