@@ -225,7 +225,7 @@ class _ServerConnection:
         self._busy = 0
         self._done = False
         #: Why this worker closes the connection when it is not the peer's doing (logged once, at close).
-        self.why: str | None = None
+        self._why: str | None = None
 
     def spawn(self) -> None:
         with self._state:
@@ -252,7 +252,7 @@ class _ServerConnection:
                         self._threads -= 1
                         return  # enough threads wait for the next request
         except BaseException as exc:  # noqa: BLE001 - nothing a peer sends may escape a connection thread
-            self.why = self.why or f"an unexpected {type(exc).__name__} while serving it: {exc}"
+            self._why = self._why or f"an unexpected {type(exc).__name__} while serving it: {exc}"
             self._done = True
         with self._state:
             self._threads -= 1
@@ -273,7 +273,7 @@ class _ServerConnection:
                     return request
                 _recv_exact(self.reader, memoryview(head))
         except ProtocolError as exc:
-            self.why = self.why or str(exc)
+            self._why = self._why or str(exc)
             self._done = True
             return None
         except (OSError, ValueError):
@@ -326,7 +326,7 @@ class _ServerConnection:
 
     def close(self) -> None:
         self._done = True
-        why, self.why = self.why, None
+        why, self._why = self._why, None
         if why is not None:  # the caller then only sees a connection that ended: say here why
             log.warning("RPC: closed the connection from %s: %s", _peer_name(self.sock), why)
         with contextlib.suppress(OSError):
