@@ -267,13 +267,13 @@ class EtcdServer:
                 self.wait_healthy(timeout)
                 return self
             except RuntimeError:
-                if attempt == _PORT_TRIES or not self.choose_ports_again(since):
+                if attempt == _PORT_TRIES or not self._choose_ports_again(since):
                     raise
         return self  # pragma: no cover - the loop returns or raises
 
-    def choose_ports_again(self, since: int) -> bool:
+    def _choose_ports_again(self, since: int) -> bool:
         """After a failed start: other ports, if a port was taken and this object chose it (``False``: no)."""
-        if not _port_taken(self.log_path, since) or not any(self._chosen) or self.started_before:
+        if not _port_taken(self.log_path, since) or not any(self._chosen) or self._started_before:
             return False
         self.stop()
         if self._chosen[0]:
@@ -283,7 +283,7 @@ class EtcdServer:
         return True
 
     @property
-    def started_before(self) -> bool:
+    def _started_before(self) -> bool:
         """Whether the data directory holds a member that ran (its write-ahead log; then its ports stay)."""
         wal = self.data_dir / "member" / "wal"
         return wal.is_dir() and any(wal.iterdir())
