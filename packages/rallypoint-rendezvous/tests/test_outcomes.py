@@ -21,7 +21,7 @@ from rallypoint.rendezvous.errors import (
 )
 from rallypoint.rendezvous.handler import HEARTBEAT_ATTEMPTS, RendezvousHandler
 from rallypoint.rendezvous.memory import MemoryBackend
-from rallypoint.rendezvous.state import JOB_KEY, TICKET_KEY
+from rallypoint.rendezvous.state import CLOSED_KEY, HEADER_KEY, JOB_KEY, TICKET_KEY
 from rallypoint.rendezvous.testing import make_node
 from rallypoint.rendezvous.timeouts import RendezvousTimeouts
 
@@ -124,6 +124,59 @@ def test_two_jobs_under_one_run_id_do_not_merge(run_id: str, handlers: list[Rend
     thread.join(timeout=30)
     assert [p.node_id for p in mine.participants] == [p.node_id for p in results[0].participants]
     assert {p.node_id for p in mine.participants} == {"node0", "node2"}
+
+
+def test_a_node_of_another_job_takes_no_ticket(run_id: str, handlers: list[RendezvousHandler]) -> None:
+    """Refused at check-in: it neither joins nor counts among the job's arrivals."""
+    first = _handler(handlers, run_id, 0, 1, fingerprint={"entrypoint": "train.py"})
+    first.next_rendezvous()
+    tickets = MemoryBackend(run_id).get(TICKET_KEY)
+    with pytest.raises(RendezvousJobMismatchError):
+        _handler(handlers, run_id, 1, 1, fingerprint={"entrypoint": "eval.py"}).next_rendezvous()
+    assert MemoryBackend(run_id).get(TICKET_KEY) == tickets
+
+
+def test_a_node_arriving_while_a_close_is_under_way_checks_its_job_and_joins(
+    run_id: str, handlers: list[RendezvousHandler]
+) -> None:
+    """The closing marker is written just before the header is closed: a node that sees the marker
+    but an open header (the close not written yet, or failed) takes its ticket and claims the run
+    id in separate steps, and the rendezvous goes on as before the marker."""
+    backend = MemoryBackend(run_id)
+    backend.set(CLOSED_KEY, {"by": "node9", "reason": "", "failed": False})
+    job = {"entrypoint": "train.py"}
+    result = _handler(handlers, run_id, 0, 1, fingerprint=job).next_rendezvous()
+    assert result.num_nodes == 1
+    claimed = backend.get(JOB_KEY)
+    assert claimed is not None
+    assert claimed.value == job
+    ticket = backend.get(TICKET_KEY)
+    assert ticket is not None
+    assert ticket.value == 1
+    with pytest.raises(RendezvousJobMismatchError):
+        _handler(handlers, run_id, 1, 1, fingerprint={"entrypoint": "eval.py"}).next_rendezvous()
+
+
+def test_closing_writes_the_marker_before_the_closed_header(run_id: str, handlers: list[RendezvousHandler]) -> None:
+    order: list[str] = []
+
+    class Recording(MemoryBackend):
+        def set(self, key: str, value: JSONValue, *, ttl: float | None = None) -> Version:
+            order.append(f"set {key}")
+            return super().set(key, value, ttl=ttl)
+
+        def compare_and_set(self, key: str, value: JSONValue, *, version: Any, ttl: float | None = None) -> Any:
+            if isinstance(value, dict) and value.get("closed"):
+                order.append(f"close {key}")
+            return super().compare_and_set(key, value, version=version, ttl=ttl)
+
+    first = _handler(handlers, run_id, 0, 1, backend=Recording(run_id))
+    first.next_rendezvous()
+    first.set_closed("job succeeded")
+    assert order[-2:] == [f"set {CLOSED_KEY}", f"close {HEADER_KEY}"], order
+    marker = MemoryBackend(run_id).get(CLOSED_KEY)
+    assert marker is not None
+    assert marker.value == {"by": "node0", "reason": "job succeeded", "failed": False}
 
 
 class FlakyHeartbeats(MemoryBackend):

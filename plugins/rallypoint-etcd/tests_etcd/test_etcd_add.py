@@ -292,3 +292,53 @@ def test_a_join_is_one_transaction(etcd_options: EtcdOptions) -> None:
         assert sorted(backend.list("join/0/")) == ["join/0/a", "join/0/b"]
     finally:
         backend.close()
+
+
+def test_a_check_in_is_one_transaction(etcd_options: EtcdOptions) -> None:
+    """A node's first contact (the round read, the job's fingerprint claimed, an arrival ticket) is one request.
+
+    It was a range read, a compare-and-set of the job key and an add: three requests per node,
+    sent by every node of a job in the same moment.
+    """
+    from rallypoint.rendezvous.backend import check_in
+
+    client = CountingClient(etcd_options)
+    backend = EtcdBackend(_run_id(), etcd_options, client=client)
+    try:
+        backend.set("round/header", {"round": 0})
+        for ticket in (1, 2):
+            client.requests.clear()
+            done = check_in(backend, "round/", "ticket", unless="round/closed", claim=("job", {"cmd": "train.py"}))
+            assert dict(client.requests) == {"transaction": 1}
+            assert done.count == ticket
+            assert done.entries["round/header"].value == {"round": 0}
+        client.requests.clear()
+        done = check_in(backend, "round/", "ticket", unless="round/closed")
+        assert (dict(client.requests), done.count) == ({"transaction": 1}, 3)
+    finally:
+        backend.close()
+
+
+def test_a_check_in_sent_again_counts_once(etcd_options: EtcdOptions) -> None:
+    """An answer lost on the way back: the same transaction sent again finds its claim and rewrites its arrival."""
+    run_id = _run_id()
+    backend = EtcdBackend(run_id, etcd_options)
+    client = EtcdClient(etcd_options)
+    try:
+        kv = etcd_options.base_key(run_id) + "kv/"
+        request = (
+            (kv + "round/", kv + "round0"),
+            kv + "round/closed",
+            (kv + "ticket", kv + "ticket#once", b"1", kv + "ticket$"),
+        )
+        for _ in range(2):
+            _, counted, claimed = client.check_in(*request, lease=backend.lease, claim=(kv + "job", b'{"j":1}'))
+            assert counted is not None
+            assert claimed is not None
+            assert claimed.value == b'{"j":1}'
+        entry = backend.get("ticket")
+        assert entry is not None
+        assert entry.value == 1
+    finally:
+        client.close()
+        backend.close()

@@ -152,6 +152,6 @@ def test_a_waiting_node_sends_nothing_between_its_join_and_its_result(etcd_optio
         waiting.shutdown()
         completing.shutdown()
     assert sorted(r.group_rank for r in results) == [0, 1]
-    assert joined[0] == "watch", joined  # held from before the first read
-    assert joined[-1] == "transaction", joined  # its join
+    # the watch held from before the first read, the check-in (read and ticket), the join
+    assert joined == ["watch", "transaction", "transaction"], joined
     assert after == [], after

@@ -61,7 +61,7 @@ import weakref
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
-from rallypoint.rendezvous.backend import Entry, JSONValue, Version, WatchedChange, check_key
+from rallypoint.rendezvous.backend import CheckIn, Entry, JSONValue, Version, WatchedChange, check_key
 from rallypoint.rendezvous.errors import RendezvousBackendError, RendezvousStateError
 from rallypoint_etcd.client import KV, EtcdClient, EtcdRequestError, LeaseGone, Unavailable, prefix_end
 from rallypoint_etcd.options import EtcdOptions
@@ -348,6 +348,33 @@ class EtcdBackend:
             self._retry(f"delete {k}", lambda: self.client.delete(k, mod_revision=revision))
 
         return True, None, self._sum(counter, kvs, arrival, undo=take_back)
+
+    def check_in(
+        self, prefix: str, counter: str, *, unless: str, claim: tuple[str, JSONValue] | None = None
+    ) -> CheckIn:
+        """See :class:`~rallypoint.rendezvous.backend.SupportsCheckIn`: one transaction (a node's first request).
+
+        The claim key must hold exactly the bytes this backend writes for the claim's value (a
+        value equal as JSON but written otherwise adds nothing; the caller then adds). Sent again
+        after a lost answer, it finds its claim there and rewrites the same arrival key: it
+        counts once.
+        """
+        p, marker = self._kv + check_key(prefix, prefix=True), self._kv + check_key(unless)
+        c = self._kv + check_key(counter)
+        arrival = f"{c}{_ARRIVAL}{uuid.uuid4().hex[:16]}"
+        wanted = None if claim is None else (self._kv + check_key(claim[0]), _dump(claim[1]))
+        found, counted, held = self._write(
+            f"check in under {p}",
+            lambda lease: self.client.check_in(
+                (p, prefix_end(p)), marker, (c, arrival, b"1", c + _END), lease=lease, claim=wanted
+            ),
+            None,
+        )
+        entries = {key: entry for key, (entry, _) in self._entries(found).items()}
+        claimed = None
+        if held is not None and wanted is not None:
+            claimed = Entry(self._load(wanted[0], held.value), held.mod_revision)
+        return CheckIn(entries, None if counted is None else self._sum(counter, counted, arrival), claimed)
 
     def _fold(self, key: str, entry: Entry) -> None:
         """Replace the key's arrivals by their sum (once; a concurrent write wins, and the next add folds)."""

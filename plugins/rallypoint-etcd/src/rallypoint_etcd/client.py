@@ -360,6 +360,61 @@ class EtcdClient:
         nested = resp.responses[1].response_txn
         return int(resp.header.revision), _kvs(nested.responses[-1].response_range.kvs)
 
+    def check_in(
+        self,
+        read: tuple[str, str],
+        unless: str,
+        add: tuple[str, str, bytes, str],
+        *,
+        lease: int | None,
+        claim: tuple[str, bytes] | None = None,
+    ) -> tuple[dict[str, KV], dict[str, KV] | None, KV | None]:
+        """Read ``read``; unless ``unless`` exists, create ``claim`` if absent and add (as :meth:`add_arrival`).
+
+        The add happens only while ``unless`` is absent and the claim key holds exactly the
+        claim's bytes (created now, or before): one transaction, nested ones for the cases.
+
+        Args:
+            read: ``(start, end)`` of the range to read.
+            unless: the marker key whose existence stops the claim and the add.
+            add: ``(counter, arrival, amount, counter range end)``; the counter is created as ``0``.
+            lease: the lease of the written keys.
+            claim: ``(key, value)`` to create if absent, or ``None``.
+
+        Returns:
+            ``(the range read, the counter's range after the add or None when nothing was added,
+            the claim key after the transaction or None)``.
+        """
+        counter, arrival, amount, end = add
+        adding = etcd3.etcdrpc.RequestOp(request_txn=_add_request(counter, arrival, amount, b"0", lease, end))
+        reading = _range_op(*read)
+        if claim is None:
+            resp = self._txn([_compare(unless, "CREATE", 0)], [reading, adding], [reading])
+            found = _kvs(resp.responses[0].response_range.kvs)
+            if not resp.succeeded:
+                return found, None, None
+            return found, _kvs(resp.responses[1].response_txn.responses[-1].response_range.kvs), None
+        key, value = claim
+        same = etcd3.etcdrpc.Compare(
+            key=key.encode(), target=etcd3.etcdrpc.Compare.VALUE, result=etcd3.etcdrpc.Compare.EQUAL, value=value
+        )
+        add_if_same = etcd3.etcdrpc.TxnRequest(compare=[_compare(unless, "CREATE", 0), same], success=[adding])
+        resp = self._txn(
+            [_compare(unless, "CREATE", 0), _compare(key, "CREATE", 0)],
+            [reading, _put_op(key, value, lease), adding],
+            [reading, _range_op(key, ""), etcd3.etcdrpc.RequestOp(request_txn=add_if_same)],
+        )
+        found = _kvs(resp.responses[0].response_range.kvs)
+        if resp.succeeded:
+            counted = _kvs(resp.responses[2].response_txn.responses[-1].response_range.kvs)
+            revision = int(resp.header.revision)
+            return found, counted, KV(value, revision, revision)
+        claimed = _kvs(resp.responses[1].response_range.kvs).get(key)
+        nested = resp.responses[2].response_txn
+        if not nested.succeeded:
+            return found, None, claimed
+        return found, _kvs(nested.responses[0].response_txn.responses[-1].response_range.kvs), claimed
+
     def delete(self, key: str, *, end: str | None = None, mod_revision: int | None = None) -> bool:
         """Delete ``key`` (with ``end``: the keys in ``[key, end)``), only at ``mod_revision`` when given.
 

@@ -33,6 +33,12 @@ Optional capabilities
     handler holds one on the round header from its first read until its first wait (a node's
     join, then its wait for the round), saving one read before the wait and one after it.
 
+    A backend may also check a node in in one step (:class:`SupportsCheckIn`): read the round
+    keys and, unless the run is closed (a marker key exists) or belongs to another job (a claim
+    key holds another value), take an arrival ticket, all atomically. :func:`check_in` uses it
+    where it exists and otherwise reads, claims and adds in turn. A node that is refused takes
+    nothing either way. One request instead of two or three per node (the etcd backend offers it).
+
 Implementations: :class:`rallypoint.rendezvous.memory.MemoryBackend` (in-process) and the
 ``rallypoint-file`` plugin. :mod:`rallypoint.rendezvous.testing` is the conformance kit every
 backend should pass.
@@ -46,14 +52,18 @@ from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 __all__ = [
+    "CheckIn",
     "Entry",
     "HeldWatch",
     "JSONValue",
     "RendezvousBackend",
+    "SupportsCheckIn",
     "SupportsCreateAndAdd",
     "SupportsHeldWatch",
     "Version",
     "WatchedChange",
+    "check_in",
+    "check_in_in_steps",
     "check_key",
     "create_and_add",
     "create_and_add_in_two_steps",
@@ -273,3 +283,69 @@ def create_and_add_in_two_steps(
         if created is not None:
             backend.delete(key, version=created.version)
         raise
+
+
+@dataclass(frozen=True)
+class CheckIn:
+    """What a node's check-in saw and did (see :func:`check_in`).
+
+    Attributes:
+        entries: every entry under the prefix read, as :meth:`RendezvousBackend.list` gives them.
+        count: the counter after this node's add; ``None`` when nothing was added (the marker key
+            exists, or the claim key holds another value).
+        claimed: the claim key's entry after the check-in (``None`` without a claim, or when it
+            is absent because the marker stopped its creation).
+    """
+
+    entries: dict[str, Entry]
+    count: int | None
+    claimed: Entry | None = None
+
+
+@runtime_checkable
+class SupportsCheckIn(Protocol):
+    """The optional capability of a backend that checks a node in with one request (see the module docstring)."""
+
+    def check_in(
+        self, prefix: str, counter: str, *, unless: str, claim: tuple[str, JSONValue] | None = None
+    ) -> CheckIn:
+        """List ``prefix``, claim a key and add 1 to ``counter``, atomically.
+
+        The ``claim`` key is created with its value if it is absent. The claim and the add
+        happen only while ``unless`` is absent, and the add only when the claim key holds the
+        claim's value (created now or before; a backend may compare the stored form, and then
+        adds nothing for a value written otherwise: the caller adds later).
+
+        Raises:
+            TypeError: ``counter`` holds something else than an integer.
+        """
+        ...
+
+
+def check_in(
+    backend: RendezvousBackend, prefix: str, counter: str, *, unless: str, claim: tuple[str, JSONValue] | None = None
+) -> CheckIn:
+    """:meth:`SupportsCheckIn.check_in` where ``backend`` offers it, else :func:`check_in_in_steps`."""
+    if isinstance(backend, SupportsCheckIn):
+        return backend.check_in(prefix, counter, unless=unless, claim=claim)
+    return check_in_in_steps(backend, prefix, counter, unless=unless, claim=claim)
+
+
+def check_in_in_steps(
+    backend: RendezvousBackend, prefix: str, counter: str, *, unless: str, claim: tuple[str, JSONValue] | None = None
+) -> CheckIn:
+    """:func:`check_in` as a list, a compare-and-set of the claim and an add (for a backend that cannot fuse them).
+
+    The marker is looked up in the listing when it lies under ``prefix``, else read. What another
+    node writes between the steps is seen by the next read, as with every other request.
+    """
+    entries = backend.list(prefix)
+    marker = entries.get(unless) if unless.startswith(prefix) else backend.get(unless)
+    if marker is not None:
+        return CheckIn(entries, None, None if claim is None else backend.get(claim[0]))
+    claimed = None
+    if claim is not None:
+        written, claimed = backend.compare_and_set(claim[0], claim[1], version=None)
+        if not written and (claimed is None or claimed.value != claim[1]):
+            return CheckIn(entries, None, claimed)
+    return CheckIn(entries, backend.add(counter, 1), claimed)

@@ -43,6 +43,7 @@ from rallypoint.rendezvous.errors import (
 from rallypoint.rendezvous.factory import open_backend, select_backend
 from rallypoint.rendezvous.round_io import KEEP_ROUNDS, RendezvousResult, RoundIO, WorkerStoreInfo, free_port
 from rallypoint.rendezvous.state import (
+    CLOSED_KEY,
     HEADER_KEY,
     JOB_KEY,
     Closed,
@@ -366,11 +367,17 @@ class RendezvousHandler:
         """
         deadline = self.clock() + self.timeouts.close
         extended = 0
+        marked = False
         while True:
             with self._lock:
                 view = self.io.read()
                 action = self.machine.close_header(view, reason, failed=failed)
-                if action is None or self.io.apply(action):
+                if action is None:
+                    return
+                if not marked:  # first the marker: from now on a node checking in takes no ticket
+                    self.backend.set(CLOSED_KEY, {"by": self.node_id, "reason": reason, "failed": failed})
+                    marked = True
+                if self.io.apply(action):
                     return
             if self.clock() >= deadline:
                 info = TimeoutInfo(
@@ -491,15 +498,17 @@ class RendezvousHandler:
 
         Returns the view it read (the first step may use it).
         """
-        view = self.io.read()
+        fingerprint = self._fingerprint
+        view, entry = self.io.check_in(None if fingerprint is None else (JOB_KEY, fingerprint))
         header = view.header
         if header.closed:
             raise RendezvousFinishedError(self.run_id, header.reason, failed=header.failed)
-        if self._fingerprint is not None:
-            written, entry = self.backend.compare_and_set(JOB_KEY, self._fingerprint, version=None)
-            if not written and entry is not None and entry.value != self._fingerprint:
+        if fingerprint is not None:
+            if entry is None:  # a close is under way (its marker stopped the claim): claim now
+                _, entry = self.backend.compare_and_set(JOB_KEY, fingerprint, version=None)
+            if entry is not None and entry.value != fingerprint:
                 theirs = entry.value if isinstance(entry.value, dict) else {"job": entry.value}
-                raise RendezvousJobMismatchError(self.run_id, theirs, self._fingerprint)
+                raise RendezvousJobMismatchError(self.run_id, theirs, fingerprint)
         self._checked_in = True
         return view
 

@@ -5,6 +5,8 @@ Every value is JSON (never pickled) and carries only what the protocol in
 
 * ``round/header``: the small round header (:class:`Header`), compare-and-set by the nodes;
 * ``round/count/<r>``: the join counter of round ``r`` (a hint; the records are authoritative);
+* ``round/closed``: written just before the header is closed, never removed: a node checking in
+  takes no arrival ticket once it exists (see :func:`~rallypoint.rendezvous.backend.check_in`);
 * ``join/<r>/<node>``: a node's :class:`JoinRecord` for round ``r`` (its :class:`NodeInfo`);
 * ``roster/<r>/<digest>``: the members' join records of the completed round ``r`` in group-rank
   order, in one record written once by the node that completes the round; the header names it
@@ -25,6 +27,7 @@ from typing import Any
 from rallypoint.rendezvous.errors import RendezvousStateError
 
 __all__ = [
+    "CLOSED_KEY",
     "FORMAT",
     "HEADER_KEY",
     "JOB_KEY",
@@ -46,6 +49,8 @@ __all__ = [
 FORMAT = 2
 _FORMATS = (1, 2)
 HEADER_KEY = "round/header"
+#: The closing marker: written before the header is closed (a check-in compares its absence).
+CLOSED_KEY = "round/closed"
 ROUND_PREFIX = "round/"
 TICKET_KEY = "ticket"
 JOB_KEY = "job"

@@ -17,15 +17,18 @@ from typing import Any
 from rallypoint.rendezvous.backend import (
     Entry,
     HeldWatch,
+    JSONValue,
     RendezvousBackend,
     SupportsHeldWatch,
     Version,
+    check_in,
     create_and_add,
 )
 from rallypoint.rendezvous.errors import RendezvousBackendError, RendezvousStateError
 from rallypoint.rendezvous.keyspace import roster_key, roster_prefix
 from rallypoint.rendezvous.roster import ROSTERS, Roster, encode_roster
 from rallypoint.rendezvous.state import (
+    CLOSED_KEY,
     HEADER_KEY,
     ROUND_PREFIX,
     TICKET_KEY,
@@ -168,7 +171,25 @@ class RoundIO:
     # -- reads ---------------------------------------------------------------------------
     def read(self) -> View:
         """Read the header and the join counter (one prefix list)."""
-        entries = self.backend.list(ROUND_PREFIX)
+        return self._view(self.backend.list(ROUND_PREFIX))
+
+    def check_in(self, claim: tuple[str, JSONValue] | None = None) -> tuple[View, Entry | None]:
+        """A node's first read, taking its arrival ticket in the same step (where the backend can).
+
+        No ticket is taken once the run is being closed (:data:`CLOSED_KEY` exists) or, with
+        ``claim`` (the job key and this node's fingerprint), when another job claimed the run
+        id; :meth:`ensure_ticket` takes it later where the check-in took none.
+
+        Returns:
+            the view read, and the claim key's entry (see :class:`~rallypoint.rendezvous.backend.CheckIn`).
+        """
+        done = check_in(self.backend, ROUND_PREFIX, TICKET_KEY, unless=CLOSED_KEY, claim=claim)
+        if done.count is not None and self.machine.ticket is None:
+            self.machine.set_ticket(done.count)
+        return self._view(done.entries), done.claimed
+
+    def _view(self, entries: dict[str, Entry]) -> View:
+        """The view of a listing of the round keys: the header (resolved) and its join counter."""
         raw = entries.get(HEADER_KEY)
         header = Header() if raw is None else resolve(self.backend, Header.from_json(raw.value))
         count = entries.get(count_key(header.round))

@@ -62,6 +62,7 @@ from rallypoint.rendezvous.actions import (
 )
 from rallypoint.rendezvous.errors import TimeoutInfo
 from rallypoint.rendezvous.keyspace import (
+    CLOSED_KEY,
     FORMAT,
     HEADER_KEY,
     JOB_KEY,
@@ -79,6 +80,7 @@ from rallypoint.rendezvous.keyspace import (
 from rallypoint.rendezvous.membership import LivenessTracker, nodes_waiting, ring_successors
 
 __all__ = [
+    "CLOSED_KEY",
     "FORMAT",
     "HEADER_KEY",
     "JOB_KEY",

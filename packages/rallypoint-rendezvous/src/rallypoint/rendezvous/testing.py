@@ -61,7 +61,7 @@ from typing import Any
 
 import pytest
 
-from rallypoint.rendezvous.backend import RendezvousBackend, SupportsHeldWatch, create_and_add
+from rallypoint.rendezvous.backend import RendezvousBackend, SupportsHeldWatch, check_in, create_and_add
 from rallypoint.rendezvous.errors import RendezvousClosedError, RendezvousTimeoutError
 from rallypoint.rendezvous.handler import RendezvousHandler, RendezvousResult
 from rallypoint.rendezvous.state import NodeInfo
@@ -373,6 +373,30 @@ class BackendConformance:
         text = backend.get("text")
         assert text is not None
         assert text.value == "x"
+
+    def test_check_in(self, backend: RendezvousBackend) -> None:
+        """A node's first request: the round keys read, and a ticket taken unless the run is closed or another job's."""
+        backend.set("round/header", {"round": 0})
+        first = check_in(backend, "round/", "ticket", unless="round/closed", claim=("job", {"j": 1}))
+        assert first.count == 1
+        assert {k: e.value for k, e in first.entries.items()} == {"round/header": {"round": 0}}
+        assert first.claimed is not None
+        assert first.claimed == backend.get("job")
+        assert first.claimed.value == {"j": 1}
+        assert check_in(backend, "round/", "ticket", unless="round/closed", claim=("job", {"j": 1})).count == 2
+        other = check_in(backend, "round/", "ticket", unless="round/closed", claim=("job", {"j": 2}))
+        assert other.count is None  # another job: refused, takes nothing
+        assert other.claimed is not None
+        assert other.claimed.value == {"j": 1}
+        assert check_in(backend, "round/", "ticket", unless="round/closed").count == 3
+        backend.set("round/closed", {"by": "n0"})
+        closed = check_in(backend, "round/", "ticket", unless="round/closed", claim=("other-job", {"j": 3}))
+        assert (closed.count, closed.claimed) == (None, None)  # closing: no ticket, no claim
+        assert set(closed.entries) == {"round/header", "round/closed"}
+        assert backend.get("other-job") is None
+        ticket = backend.get("ticket")
+        assert ticket is not None
+        assert ticket.value == 3
 
     def test_delete(self, backend: RendezvousBackend) -> None:
         assert not backend.delete("none")
