@@ -237,6 +237,13 @@ class EtcdBackend:
                 f"under {self.base!r}: choose another rendezvous.options.prefix or namespace, or delete those keys"
             ) from exc
 
+    def _amount(self, key: str, data: bytes) -> int:
+        """The amount an arrival of ``key`` holds (written by :meth:`add`: a JSON integer)."""
+        try:
+            return int(data)  # the digits themselves: a node reads up to N arrivals per answer
+        except ValueError:
+            return int(self._load(self._kv + key, data))
+
     def _entries(self, kvs: Mapping[str, KV]) -> dict[str, tuple[Entry, int]]:
         """Rendezvous keys to their entries (value plus live arrivals) and number of arrivals read."""
         n = len(self._kv)
@@ -253,7 +260,7 @@ class EtcdBackend:
             value = self._load(self._kv + key, kv.value)
             live = [a for a in arrivals.get(key, ()) if a.create_revision >= kv.create_revision]
             if live and isinstance(value, int) and not isinstance(value, bool):
-                value += sum(int(self._load(self._kv + key, a.value)) for a in live)
+                value += sum(self._amount(key, a.value) for a in live)
             out[key] = (Entry(value, kv.mod_revision), len(live))
         return out
 

@@ -19,8 +19,7 @@ import contextlib
 import os
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, NamedTuple, TypeVar
 
 # gRPC's default poller (epoll1) breaks in a child forked while a watch stream is open (gRPC
 # aborts the child); the poll poller survives fork. Its informational notes about forks (every
@@ -83,9 +82,12 @@ class EtcdRequestError(Exception):
     """etcd refused the request (permission denied, bad credentials, invalid request)."""
 
 
-@dataclass(frozen=True)
-class KV:
-    """A stored key: its value, the revision of its last write and the revision that created it."""
+class KV(NamedTuple):
+    """A stored key: its value, the revision of its last write and the revision that created it.
+
+    A named tuple, not a frozen dataclass: a node builds one per key of every answer (a counter's
+    arrivals included), and a tuple is built several times faster.
+    """
 
     value: bytes
     mod_revision: int
