@@ -36,10 +36,12 @@ needs ``python-etcd``) and against torch's c10d, for N = 2, 8, 32, 64, 128:
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import os
 import select
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -96,6 +98,7 @@ def _node_main(argv: list[str]) -> int:
     p.add_argument("--start-fd", type=int, required=True)
     p.add_argument("--done-fd", type=int, required=True)
     a = p.parse_args(argv)
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # the parent asks a stuck node where it is
 
     if a.node in ("file", "grpc"):
         from rallypoint.rendezvous.config import RendezvousSection
@@ -169,6 +172,17 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def _stacks(proc: subprocess.Popen[bytes]) -> str:
+    """The Python stacks of a node process that is stuck (it dumps them on SIGUSR1), then it is killed."""
+    with contextlib.suppress(ProcessLookupError):
+        proc.send_signal(signal.SIGUSR1)
+        time.sleep(1.0)
+        proc.kill()
+    proc.wait(timeout=10)
+    err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
+    return "\n  ".join(err.strip().splitlines()[-60:]) or "(no stack: it wrote nothing)"
+
+
 def _read_lines(procs: list[subprocess.Popen[bytes]], deadline: float, what: str) -> list[str]:
     """One line from each process's stdout, waiting at most until ``deadline``."""
     lines: dict[int, str] = {}
@@ -178,7 +192,11 @@ def _read_lines(procs: list[subprocess.Popen[bytes]], deadline: float, what: str
     while pending:
         left = deadline - time.monotonic()
         if left <= 0:
-            raise BenchmarkError(f"{len(pending)} of {len(procs)} node processes did not {what} in time")
+            late = sorted(fds[fd] for fd in pending)
+            raise BenchmarkError(
+                f"{len(pending)} of {len(procs)} node processes did not {what} in time (node {late[0]}"
+                f"{' and others' if len(late) > 1 else ''}); where node {late[0]} was:\n  {_stacks(procs[late[0]])}"
+            )
         ready, _, _ = select.select(list(pending), [], [], min(left, 1.0))
         for fd in ready:
             i = fds[fd]
@@ -257,7 +275,11 @@ class RendezvousSide:
             released = time.monotonic()
             os.close(start_w)  # every node wakes up now
             start_w = -1
-            results = [json.loads(line) for line in _read_lines(procs, released + RENDEZVOUS_TIMEOUT, "rendezvous")]
+            try:
+                lines = _read_lines(procs, released + RENDEZVOUS_TIMEOUT, "rendezvous")
+            except BenchmarkError as exc:
+                raise BenchmarkError(f"{self.kind} side, N={self.nodes}, run id {run_id}: {exc}") from None
+            results = [json.loads(line) for line in lines]
             os.close(done_w)
             done_w = -1
             for p in procs:
