@@ -18,10 +18,10 @@ import pytest
 from rallypoint.rendezvous.backend import Entry
 from rallypoint.rendezvous.errors import RendezvousStateError
 from rallypoint.rendezvous.handler import RendezvousHandler, RendezvousResult
-from rallypoint.rendezvous.keyspace import HEADER_KEY, JoinRecord, roster_key
+from rallypoint.rendezvous.keyspace import HEADER_KEY, Header, JoinRecord, roster_key
 from rallypoint.rendezvous.memory import MemoryBackend
 from rallypoint.rendezvous.roster import ROSTERS, RosterCache, encode_roster
-from rallypoint.rendezvous.round_io import read_header
+from rallypoint.rendezvous.round_io import INLINE_ROSTER, read_header
 from rallypoint.rendezvous.testing import make_node
 from rallypoint.rendezvous.timeouts import RendezvousTimeouts
 
@@ -190,3 +190,42 @@ def test_the_node_that_completes_a_round_reads_nothing_after_its_header_write() 
     assert writes, calls
     assert calls[writes[-1] + 1 :] == [], calls
     assert backend.counts["roster reads"] == 0, calls
+
+
+def test_the_completing_write_carries_the_roster_and_the_header_is_slimmed_at_once() -> None:
+    ROSTERS.clear()
+    writes: list[Any] = []
+
+    class Recording(MemoryBackend):
+        def compare_and_set(self, key: str, value: Any, *, version: Any, ttl: float | None = None) -> Any:
+            if key == HEADER_KEY:
+                writes.append(value)
+            return super().compare_and_set(key, value, version=version, ttl=ttl)
+
+    run_id = f"inline-{uuid.uuid4().hex[:8]}"
+    handler = RendezvousHandler(Recording(run_id), make_node(0), min_nodes=1, max_nodes=1, timeouts=QUIET)
+    try:
+        handler.next_rendezvous()
+    finally:
+        handler.shutdown()
+    complete = [w for w in writes if w["complete"]]
+    assert len(complete) == 2, writes
+    assert complete[0][INLINE_ROSTER]["members"][0]["node"]["id"] == "node0"
+    assert INLINE_ROSTER not in complete[1]
+    assert {k: v for k, v in complete[0].items() if k != INLINE_ROSTER} == complete[1]
+
+
+def test_a_header_carrying_its_roster_fills_the_cache_and_a_forged_one_is_refused() -> None:
+    ROSTERS.clear()
+    backend = CountingBackend(f"inline-{uuid.uuid4().hex[:8]}", Counter())
+    digest, value = encode_roster(0, _records(3))
+    header = {**Header(round=0, complete=True, roster=digest).to_json(), INLINE_ROSTER: value}
+    backend.set(HEADER_KEY, header)
+    got, _ = read_header(backend)
+    assert [m.node_id for m in got.participants] == ["node0", "node1", "node2"]
+    assert backend.counts["roster reads"] == 0  # the roster record itself was never written
+    ROSTERS.clear()
+    value["members"][0]["node"]["addr"] = "10.9.9.9"
+    backend.set(HEADER_KEY, header)
+    with pytest.raises(RendezvousStateError, match="digest"):
+        read_header(backend)

@@ -155,3 +155,56 @@ def test_a_waiting_node_sends_nothing_between_its_join_and_its_result(etcd_optio
     # the watch held from before the first read, the check-in (read and ticket), the join
     assert joined == ["watch", "transaction", "transaction"], joined
     assert after == [], after
+
+
+def test_a_waiting_node_takes_the_roster_from_the_write_that_wakes_it(etcd_options: EtcdOptions) -> None:
+    """The write that completes a round carries the roster record: a node in another process (no
+    shared roster cache) that joined and waits reads nothing more either. It read the roster record
+    after waking: one request per node, sent by 63 nodes at once when a 64-node round completes."""
+    ROSTERS.clear()
+    run_id = _run_id()
+    timeouts = RendezvousTimeouts(join=60, last_call=30, close=5, heartbeat_interval=30, heartbeat_timeout=60)
+
+    class Forgetful:  # the waiter's held watch: its process knows no roster when it wakes
+        def __init__(self, held: Any) -> None:
+            self.held = held
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.held, name)
+
+        def wait(self, version: Any) -> Any:
+            change = self.held.wait(version)
+            ROSTERS.clear()
+            return change
+
+    class OtherProcess(EtcdBackend):
+        def hold_watch(self, key: str, *, timeout: float) -> Any:
+            return Forgetful(super().hold_watch(key, timeout=timeout))
+
+    client = RecordingClient(etcd_options)
+    waiting = RendezvousHandler(
+        OtherProcess(run_id, etcd_options, client=client), make_node(0), min_nodes=2, max_nodes=2, timeouts=timeouts
+    )
+    completing = RendezvousHandler(
+        EtcdBackend(run_id, etcd_options), make_node(1), min_nodes=2, max_nodes=2, timeouts=timeouts
+    )
+    results: list[RendezvousResult] = []
+    try:
+        client.requests.clear()
+        t = threading.Thread(target=lambda: results.append(waiting.next_rendezvous()))
+        t.start()
+        time.sleep(1.0)  # it joins and waits
+        joined = len(client.requests)
+        results.append(completing.next_rendezvous())
+        t.join(20)
+        assert not t.is_alive()
+        after = client.requests[joined:]
+        header = completing.backend.get("round/header")
+    finally:
+        waiting.shutdown()
+        completing.shutdown()
+    assert sorted(r.group_rank for r in results) == [0, 1]
+    assert [p.node_id for p in results[0].participants] == [p.node_id for p in results[1].participants]
+    assert after == [], after
+    assert header is not None
+    assert "inline_roster" not in header.value  # rewritten without it: reads of the running round stay small

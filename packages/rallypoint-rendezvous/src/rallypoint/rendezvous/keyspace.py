@@ -3,7 +3,9 @@
 Every value is JSON (never pickled) and carries only what the protocol in
 :mod:`rallypoint.rendezvous.state` needs:
 
-* ``round/header``: the small round header (:class:`Header`), compare-and-set by the nodes;
+* ``round/header``: the small round header (:class:`Header`), compare-and-set by the nodes (the
+  one write that completes a round also carries the round's roster record, see
+  :data:`~rallypoint.rendezvous.round_io.INLINE_ROSTER`);
 * ``round/count/<r>``: the join counter of round ``r`` (a hint; the records are authoritative);
 * ``round/closed``: written just before the header is closed, never removed: a node checking in
   takes no arrival ticket once it exists (see :func:`~rallypoint.rendezvous.backend.check_in`);

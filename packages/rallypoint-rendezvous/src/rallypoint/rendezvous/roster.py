@@ -6,6 +6,10 @@ header to "complete" naming only that digest. The header stays small whatever th
 job, and each member learns the whole membership (everyone's address, local world size and
 labels, which its rank strategy needs) with a single read instead of one record per member.
 
+The write that completes the round carries the roster record too (``inline_roster`` in the
+header's JSON, see :data:`rallypoint.rendezvous.round_io.INLINE_ROSTER`): the nodes it wakes
+take the membership from their watch's event. The header is then rewritten without it.
+
 The digest is a hash of the record's canonical JSON text, so the record is immutable and
 content-addressed: :data:`ROSTERS`, a small per-process cache keyed by the digest, can never
 return another round's roster, whatever backend or run it came from. Handlers that share a
@@ -125,6 +129,11 @@ class RosterCache:
             finally:
                 with self._lock:
                     self._fetching.pop(digest, None)
+
+    def known(self, digest: str) -> bool:
+        """Whether the roster with ``digest`` is cached."""
+        with self._lock:
+            return digest in self._items
 
     def remember(self, roster: Roster) -> None:
         """Keep ``roster`` (one this process wrote or read): its digest names its content."""

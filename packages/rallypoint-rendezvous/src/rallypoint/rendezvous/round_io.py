@@ -9,6 +9,7 @@ turned into a :class:`RendezvousResult` from the round's roster record
 
 from __future__ import annotations
 
+import json
 import logging
 import socket
 from dataclasses import dataclass, replace
@@ -119,6 +120,28 @@ def free_port(host: str = "") -> int:
         return int(sock.getsockname()[1])
 
 
+#: The field of a complete header's JSON that carries its roster record, in the one write that
+#: completes the round: the nodes woken by that write (their watch's event holds it) need no read
+#: of the roster. The writer rewrites the header without it at once, so that the reads of a
+#: running round (every agent checks the header every ``monitor_interval``) stay small.
+INLINE_ROSTER = "inline_roster"
+#: The largest roster record (JSON text) carried in the header: about 300 nodes. Above it the
+#: members read the roster record (once per process), as every reader of a slim header does.
+INLINE_ROSTER_BYTES = 64 * 1024
+
+
+def _small(value: dict[str, Any]) -> bool:
+    return len(json.dumps(value, separators=(",", ":"))) <= INLINE_ROSTER_BYTES
+
+
+def _header(value: Any) -> Header:
+    """Parse a stored header; a roster record it carries goes to the roster cache (checked against its digest)."""
+    header = Header.from_json(value)
+    if header.roster and isinstance(value, dict) and INLINE_ROSTER in value and not ROSTERS.known(header.roster):
+        ROSTERS.remember(Roster.parse(header.round, header.roster, value[INLINE_ROSTER]))
+    return header
+
+
 def _heartbeat_value(entry: Entry | None) -> Any:
     return None if entry is None else entry.value
 
@@ -152,7 +175,7 @@ def read_header(backend: RendezvousBackend) -> tuple[Header, Version | None]:
     entry = backend.get(HEADER_KEY)
     if entry is None:
         return Header(), None
-    return resolve(backend, Header.from_json(entry.value)), entry.version
+    return resolve(backend, _header(entry.value)), entry.version
 
 
 class RoundIO:
@@ -191,7 +214,7 @@ class RoundIO:
     def _view(self, entries: dict[str, Entry]) -> View:
         """The view of a listing of the round keys: the header (resolved) and its join counter."""
         raw = entries.get(HEADER_KEY)
-        header = Header() if raw is None else resolve(self.backend, Header.from_json(raw.value))
+        header = Header() if raw is None else resolve(self.backend, _header(raw.value))
         count = entries.get(count_key(header.round))
         value = 0 if count is None else count.value
         if not isinstance(value, int):
@@ -275,7 +298,7 @@ class RoundIO:
         """
         if entry is None:
             return None
-        header = Header.from_json(entry.value)
+        header = _header(entry.value)
         if not (header.complete or header.closed):
             return None
         return View(resolve(self.backend, header), entry.version, 0)
@@ -317,7 +340,14 @@ class RoundIO:
                 b.set(roster_key(header.round, digest), value)
                 ROSTERS.remember(Roster.parse(header.round, digest, value))
                 header = replace(header, roster=digest)
-            ok, stored = b.compare_and_set(HEADER_KEY, header.to_json(), version=action.expected)
+            data = header.to_json()
+            inline = action.roster and header.complete and not header.closed and _small(value)
+            if inline:  # the members come with the write that wakes them (see INLINE_ROSTER_BYTES)
+                data[INLINE_ROSTER] = value
+            ok, stored = b.compare_and_set(HEADER_KEY, data, version=action.expected)
+            if ok and inline and stored is not None:  # then slim again: later reads stay small
+                slim, again = b.compare_and_set(HEADER_KEY, header.to_json(), version=stored.version)
+                stored = again if slim else stored
             if ok and stored is not None and header.complete and not header.closed:
                 self._completed = (header, stored.version)
             if ok and not action.header.complete and not action.header.closed:
