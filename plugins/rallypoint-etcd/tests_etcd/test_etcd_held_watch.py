@@ -177,13 +177,13 @@ def test_a_waiting_node_takes_the_roster_from_the_write_that_wakes_it(etcd_optio
             ROSTERS.clear()
             return change
 
-    class OtherProcess(EtcdBackend):
+    class ForgetsOnWaking(EtcdBackend):
         def hold_watch(self, key: str, *, timeout: float) -> Any:
             return Forgetful(super().hold_watch(key, timeout=timeout))
 
     client = RecordingClient(etcd_options)
     waiting = RendezvousHandler(
-        OtherProcess(run_id, etcd_options, client=client), make_node(0), min_nodes=2, max_nodes=2, timeouts=timeouts
+        ForgetsOnWaking(run_id, etcd_options, client=client), make_node(0), min_nodes=2, max_nodes=2, timeouts=timeouts
     )
     completing = RendezvousHandler(
         EtcdBackend(run_id, etcd_options), make_node(1), min_nodes=2, max_nodes=2, timeouts=timeouts

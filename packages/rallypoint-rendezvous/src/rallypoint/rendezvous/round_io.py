@@ -335,15 +335,16 @@ class RoundIO:
         if isinstance(action, CasHeader):
             self._completed = None  # only this write's outcome may serve as the next view
             header = action.header
+            record: dict[str, Any] | None = None
             if action.roster:  # the membership goes to its own record first; the header names it
-                digest, value = encode_roster(header.round, action.roster)
-                b.set(roster_key(header.round, digest), value)
-                ROSTERS.remember(Roster.parse(header.round, digest, value))
+                digest, record = encode_roster(header.round, action.roster)
+                b.set(roster_key(header.round, digest), record)
+                ROSTERS.remember(Roster.parse(header.round, digest, record))
                 header = replace(header, roster=digest)
             data = header.to_json()
-            inline = action.roster and header.complete and not header.closed and _small(value)
+            inline = record is not None and header.complete and not header.closed and _small(record)
             if inline:  # the members come with the write that wakes them (see INLINE_ROSTER_BYTES)
-                data[INLINE_ROSTER] = value
+                data[INLINE_ROSTER] = record
             ok, stored = b.compare_and_set(HEADER_KEY, data, version=action.expected)
             if ok and inline and stored is not None:  # then slim again: later reads stay small
                 slim, again = b.compare_and_set(HEADER_KEY, header.to_json(), version=stored.version)
