@@ -330,3 +330,25 @@ def test_socket_directories_of_killed_workers_are_removed_by_the_next_worker(mon
         listening.close()
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+def test_a_signal_that_comes_as_a_blocking_wait_times_out_is_taken_back() -> None:
+    """A blocking caller's wait timed out just as another thread signalled it (made it the reader).
+
+    The caller then cleared the flag but left the waiter's lock released, and the next signal (the
+    caller appointed reader again by the helper before it gave up) released it a second time:
+    "RuntimeError: release unlocked lock" in the helper thread, whose dead reading left the other
+    callers' replies unread (seen once in CI: four calls timed out after 30 s).
+    """
+    from rallypoint_grpc.rpc_socket_client import _Waiter
+
+    waiter = _Waiter()
+    acquired = waiter.lock.acquire(timeout=0.01)  # the wait times out...
+    waiter.signal()  # ...and a signal comes in right then
+    assert not acquired
+    assert waiter.woke(acquired)  # it counts as woken, and the lock is held again
+    assert waiter.lock.locked()
+    waiter.signal()  # the next signal has a lock to release
+    assert waiter.lock.acquire(timeout=1)
+    assert waiter.woke(True)
+    assert not waiter.woke(waiter.lock.acquire(timeout=0.01))  # no signal: a plain timeout

@@ -107,6 +107,18 @@ class _Waiter:
             self.signalled = True
             self.lock.release()
 
+    def woke(self, acquired: bool) -> bool:
+        """After the wait on ``lock`` (``acquired``: it returned holding it): whether it was signalled.
+
+        Called under the connection's lock. A signal that came just as the wait timed out left
+        ``lock`` released: it is taken back here, so that ``lock`` is held again and the next
+        :meth:`signal` (the waiter may be made the reader later) has something to release.
+        """
+        if self.signalled and not acquired:
+            acquired = self.lock.acquire(False)  # released by that signal: returns at once
+        self.signalled = False
+        return acquired
+
 
 class _Inbox:
     """Buffered reads of whole messages from a socket, and a wait for data with a timeout."""
@@ -243,9 +255,9 @@ class ClientConnection:
                     self._give_up(rid, waiter, timeout)
                 break
             left = None if deadline is None else deadline - time.monotonic()
-            woken = waiter.lock.acquire(timeout=-1 if left is None else max(left, 0))
+            acquired = waiter.lock.acquire(timeout=-1 if left is None else max(left, 0))
             with self._lock:
-                waiter.signalled = False
+                woken = waiter.woke(acquired)
                 lead, waiter.lead = waiter.lead, False
                 done = waiter.status is not None
             if done and lead:
