@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from rallypoint.rendezvous.backend import SupportsHeldWatch
+from rallypoint.rendezvous.backend import Entry, SupportsHeldWatch
 from rallypoint.rendezvous.errors import RendezvousBackendError
 from rallypoint.rendezvous.handler import RendezvousHandler, RendezvousResult
 from rallypoint.rendezvous.roster import ROSTERS
@@ -120,22 +120,23 @@ class RecordingClient(EtcdClient):
         return super()._call(what, fn)
 
 
-def test_a_waiting_node_sends_nothing_between_its_join_and_its_result(etcd_options: EtcdOptions) -> None:
-    """A node that joins and waits for the round learns of its completion from the watch it holds.
+def _join_wait_and_complete(
+    options: EtcdOptions, waiter_backend: type[EtcdBackend] = EtcdBackend
+) -> tuple[list[RendezvousResult], list[str], list[str], Entry | None]:
+    """Node 0 joins a two-node round and waits (its requests recorded); then node 1 completes it.
 
-    It used to open a watch after its join and read the header (did it change meanwhile?), then,
-    once woken, read the round again: three requests per node, sent by 63 nodes at once when a
-    64-node round completes. (The roster is not read either: this process's other node wrote it.)
+    Returns both results, node 0's requests up to its wait and after it, and the round header
+    once both have returned.
     """
     ROSTERS.clear()
     run_id = _run_id()
     timeouts = RendezvousTimeouts(join=60, last_call=30, close=5, heartbeat_interval=30, heartbeat_timeout=60)
-    client = RecordingClient(etcd_options)
+    client = RecordingClient(options)
     waiting = RendezvousHandler(
-        EtcdBackend(run_id, etcd_options, client=client), make_node(0), min_nodes=2, max_nodes=2, timeouts=timeouts
+        waiter_backend(run_id, options, client=client), make_node(0), min_nodes=2, max_nodes=2, timeouts=timeouts
     )
     completing = RendezvousHandler(
-        EtcdBackend(run_id, etcd_options), make_node(1), min_nodes=2, max_nodes=2, timeouts=timeouts
+        EtcdBackend(run_id, options), make_node(1), min_nodes=2, max_nodes=2, timeouts=timeouts
     )
     results: list[RendezvousResult] = []
     try:
@@ -148,9 +149,21 @@ def test_a_waiting_node_sends_nothing_between_its_join_and_its_result(etcd_optio
         t.join(20)
         assert not t.is_alive()
         after = client.requests[len(joined) :]
+        header = completing.backend.get("round/header")
     finally:
         waiting.shutdown()
         completing.shutdown()
+    return results, joined, after, header
+
+
+def test_a_waiting_node_sends_nothing_between_its_join_and_its_result(etcd_options: EtcdOptions) -> None:
+    """A node that joins and waits for the round learns of its completion from the watch it holds.
+
+    It used to open a watch after its join and read the header (did it change meanwhile?), then,
+    once woken, read the round again: three requests per node, sent by 63 nodes at once when a
+    64-node round completes. (The roster is not read either: this process's other node wrote it.)
+    """
+    results, joined, after, _ = _join_wait_and_complete(etcd_options)
     assert sorted(r.group_rank for r in results) == [0, 1]
     # the watch held from before the first read, the check-in (read and ticket), the join
     assert joined == ["watch", "transaction", "transaction"], joined
@@ -161,9 +174,6 @@ def test_a_waiting_node_takes_the_roster_from_the_write_that_wakes_it(etcd_optio
     """The write that completes a round carries the roster record: a node in another process (no
     shared roster cache) that joined and waits reads nothing more either. It read the roster record
     after waking: one request per node, sent by 63 nodes at once when a 64-node round completes."""
-    ROSTERS.clear()
-    run_id = _run_id()
-    timeouts = RendezvousTimeouts(join=60, last_call=30, close=5, heartbeat_interval=30, heartbeat_timeout=60)
 
     class Forgetful:  # the waiter's held watch: its process knows no roster when it wakes
         def __init__(self, held: Any) -> None:
@@ -181,28 +191,7 @@ def test_a_waiting_node_takes_the_roster_from_the_write_that_wakes_it(etcd_optio
         def hold_watch(self, key: str, *, timeout: float) -> Any:
             return Forgetful(super().hold_watch(key, timeout=timeout))
 
-    client = RecordingClient(etcd_options)
-    waiting = RendezvousHandler(
-        ForgetsOnWaking(run_id, etcd_options, client=client), make_node(0), min_nodes=2, max_nodes=2, timeouts=timeouts
-    )
-    completing = RendezvousHandler(
-        EtcdBackend(run_id, etcd_options), make_node(1), min_nodes=2, max_nodes=2, timeouts=timeouts
-    )
-    results: list[RendezvousResult] = []
-    try:
-        client.requests.clear()
-        t = threading.Thread(target=lambda: results.append(waiting.next_rendezvous()))
-        t.start()
-        time.sleep(1.0)  # it joins and waits
-        joined = len(client.requests)
-        results.append(completing.next_rendezvous())
-        t.join(20)
-        assert not t.is_alive()
-        after = client.requests[joined:]
-        header = completing.backend.get("round/header")
-    finally:
-        waiting.shutdown()
-        completing.shutdown()
+    results, _, after, header = _join_wait_and_complete(etcd_options, ForgetsOnWaking)
     assert sorted(r.group_rank for r in results) == [0, 1]
     assert [p.node_id for p in results[0].participants] == [p.node_id for p in results[1].participants]
     assert after == [], after
