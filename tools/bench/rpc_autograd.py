@@ -1,9 +1,13 @@
 """Distributed autograd through one remote linear layer: rallypoint.rpc against torch.distributed.autograd.
 
-Two processes on this machine: this one trains, a child owns the layer. Both join *both* RPC
-groups (torch's TensorPipe agent on one port, rallypoint's gRPC transport on another), so the
-two sides are timed alternately in the same processes against the same peer. Each side's layer
-is ``torch.nn.Linear(1024, 1024)`` built on the child from the same seed, and one step is
+Each side runs in a pair of processes of its own: a caller that trains and a callee that owns the
+layer; the rallypoint pair never starts torch's RPC, the torch pair never starts rallypoint's.
+The parent only conducts: it asks one caller for --number steps, then the other (the order flips
+every round), so both sides meet the same machine, and neither runs in a process whose threads
+the other side has changed. (Earlier versions ran both RPC systems in the same two processes;
+torch's RPC threads there shortened the spin-waits of the processes' idle OpenMP threads, which
+favoured rallypoint's side: see docs/rpc.md.) Each side's layer is ``torch.nn.Linear(1024, 1024)``
+built on its callee from the same seed, and one step is
 
   with context() as ctx:                       # rallypoint.rpc.autograd / torch.distributed.autograd
       out = layer_rref.rpc_sync().forward(x)   # x: 256 x 1024 float32 (1 MiB), requires grad
@@ -12,22 +16,26 @@ is ``torch.nn.Linear(1024, 1024)`` built on the child from the same seed, and on
 so 1 MiB of activations travels each way in the forward pass and again in the backward pass.
 Two figures per side: ``backward`` (the ``backward`` call alone: the gradient message to the
 owner, its local backward, the gradient of ``x`` back) and ``step`` (context, forward and
-backward). Every step's gradient of ``x`` is checked against the other side's (same weights).
+backward). Every step's gradient of ``x`` is checked against the analytic one.
 
 Both sides use their own defaults: rallypoint the safe serializer with the job token checked on
 every call, TCP on loopback (its same-host path off, --path tcp) or its default same-host path
 (--path shm); torch TensorPipe restricted to uv (TCP) or to shm, as tools/bench/rpc.py does.
 
-Each round runs --number steps of one side, then --number of the other (the order flips every
-round); warm-up rounds are discarded. Per figure: median, p90, min and the ratio of the
-medians. The last line is the headline: the larger of the two median ratios. The default is 30
-rounds of 10 steps (300 steps per side, about 40 s): with 100 steps per side, the backward ratio
-of runs in a row on a quiet machine spread from 0.93x to 1.11x, too wide for a 1.0x target.
+--threads sets OMP_NUM_THREADS in all four processes: 1 by default, what ``rallypoint run`` (and
+torchrun) give workers that share a node, so the two processes of a side each have a core of this
+2-CPU machine, as on two hosts. ``--threads 0`` leaves torch's default (one per CPU: the caller's
+and the callee's threads then share the cores).
+
+Each round runs --number steps of one side, then --number of the other; warm-up rounds are
+discarded. Per figure: median, p90, min and the ratio of the medians. The last line is the
+headline: the larger of the two median ratios. The default is 30 rounds of 10 steps (300 steps
+per side).
 
 Run from the repository root:
 
     .venv/bin/python tools/bench/rpc_autograd.py
-    .venv/bin/python tools/bench/rpc_autograd.py --path shm --rounds 20 --number 20
+    .venv/bin/python tools/bench/rpc_autograd.py --path shm --threads 0
     .venv/bin/python tools/bench/rpc_autograd.py --smoke
 """
 
@@ -36,12 +44,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import select
 import socket
 import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -54,15 +62,12 @@ from tools.bench.harness import schedule as alternate
 LABELS = ("rallypoint", "torch")
 FIGURES = ("backward", "step")
 BATCH, WIDTH = 256, 1024  # 256 x 1024 float32 = 1 MiB of activations
+TOLERANCE = 1e-4  # of every element of the gradient of x
+REPLY_LIMIT = 300.0  # seconds a process may take to start or to run one batch of steps
 
 
 def make_layer() -> Any:
-    """The remote layer, the same weights on both sides.
-
-    The weights come from a generator of its own, not the global one: the callee builds both
-    sides' layers at once, in two threads, and a global seed set by one thread was consumed by
-    the other (torch's gradient was then off by 0.061, failing the check in some runs).
-    """
+    """The remote layer, the same weights on both sides (from a generator of its own, not the global one)."""
     import torch
 
     gen = torch.Generator().manual_seed(0)
@@ -80,79 +85,157 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _join(rank: int, torch_port: int, rp_port: int, path: str) -> tuple[Any, Any]:
-    import warnings
+# ------------------------------------------------------------------------------------------------
+# The four processes: a caller and a callee per side, each side's RPC only
 
-    import torch.distributed.rpc as trpc
 
-    warnings.filterwarnings("ignore", category=UserWarning, module="torch")  # its RPC's deprecation notes
+def _join(side: str, rank: int, port: int, path: str) -> Any:
+    """Join this side's two-process RPC group; returns the module to shut it down with."""
+    if side == "torch":
+        import warnings
 
+        import torch.distributed.rpc as trpc
+
+        warnings.filterwarnings("ignore", category=UserWarning, module="torch")  # its RPC's deprecation notes
+        links = {"tcp": (["uv"], ["basic"]), "shm": (["shm"], ["cma", "basic"])}[path]
+        opts = trpc.TensorPipeRpcBackendOptions(
+            init_method=f"tcp://127.0.0.1:{port}", rpc_timeout=120, _transports=links[0], _channels=links[1]
+        )
+        trpc.init_rpc(f"w{rank}", rank=rank, world_size=2, rpc_backend_options=opts)  # type: ignore[no-untyped-call]
+        return trpc
     from rallypoint import rpc
 
     rpc.expose(make_layer)
-    links = {"tcp": (["uv"], ["basic"]), "shm": (["shm"], ["cma", "basic"])}[path]
-    opts = trpc.TensorPipeRpcBackendOptions(
-        init_method=f"tcp://127.0.0.1:{torch_port}", rpc_timeout=120, _transports=links[0], _channels=links[1]
-    )
-    trpc.init_rpc(f"torch{rank}", rank=rank, world_size=2, rpc_backend_options=opts)  # type: ignore[no-untyped-call]
     rp_opts = rpc.RpcOptions(
-        init_method=f"tcp://127.0.0.1:{rp_port}",
+        init_method=f"tcp://127.0.0.1:{port}",
         rpc_timeout=120,
         host="127.0.0.1",
         transport_options={"same_host_shm": path == "shm"},
     )
-    rpc.init_rpc(f"rp{rank}", rank=rank, world_size=2, options=rp_opts)
-    return trpc, rpc
+    rpc.init_rpc(f"w{rank}", rank=rank, world_size=2, options=rp_opts)
+    return rpc
 
 
-def _callee(ports: str, path: str) -> int:
-    torch_port, rp_port = (int(p) for p in ports.split(","))
-    trpc, rpc = _join(1, torch_port, rp_port, path)
-    trpc.shutdown()
-    rpc.shutdown()
+def _caller(side: str, port: int, path: str) -> int:
+    """Run steps when the parent asks (``run K`` on stdin), answer each batch with one JSON line."""
+    import torch
+
+    api = _join(side, 0, port, path)
+    if side == "torch":
+        import torch.distributed.autograd as autograd
+    else:
+        from rallypoint.rpc import autograd  # type: ignore[no-redef]
+    x = torch.rand(BATCH, WIDTH, requires_grad=True)
+    layer = api.remote("w1", make_layer)
+    expected = torch.ones(BATCH, WIDTH) @ make_layer().weight.detach()  # d sum(x W^T + b) / dx
+    clock = time.perf_counter
+    print("ready alone" if _alone(side) else "ready, but the other side's RPC runs here too", flush=True)
+    for line in sys.stdin:
+        if not line.startswith("run "):
+            break
+        times: dict[str, list[float]] = {f: [] for f in FIGURES}
+        worst = 0.0
+        for _ in range(int(line.split()[1])):
+            start = clock()
+            with autograd.context() as ctx:
+                out = layer.rpc_sync().forward(x)
+                mid = clock()
+                autograd.backward(ctx, [out.sum()])
+                end = clock()
+                grad = autograd.get_gradients(ctx)[x]
+            times["backward"].append(end - mid)
+            times["step"].append(end - start)
+            worst = max(worst, float((grad - expected).abs().max()))  # every step, outside the timed part
+        print(json.dumps({"times": times, "error": worst}), flush=True)
+    del layer
+    api.shutdown()
     return 0
 
 
-def _sides(trpc: Any, rpc: Any) -> dict[str, Callable[[], tuple[float, float, Any]]]:
-    """Per side: one step, returning (backward seconds, step seconds, gradient of x)."""
-    import torch
-    import torch.distributed.autograd as tdist_autograd
+def _alone(side: str) -> bool:
+    """Whether only ``side``'s RPC system runs in this process."""
+    if side == "torch":
+        return "rallypoint.rpc" not in sys.modules
+    from torch.distributed.rpc import api as torch_rpc_api  # imported with torch anyway
 
-    from rallypoint.rpc import autograd as dist_autograd
-
-    x = torch.rand(BATCH, WIDTH, requires_grad=True)
-    ours, theirs = rpc.remote("rp1", make_layer), trpc.remote("torch1", make_layer)
-    clock = time.perf_counter
-
-    def step(autograd: Any, layer: Any) -> tuple[float, float, Any]:
-        start = clock()
-        with autograd.context() as ctx:
-            out = layer.rpc_sync().forward(x)
-            mid = clock()
-            autograd.backward(ctx, [out.sum()])
-            end = clock()
-            grad = autograd.get_gradients(ctx)[x]
-        return end - mid, end - start, grad
-
-    return {"a": lambda: step(dist_autograd, ours), "b": lambda: step(tdist_autograd, theirs)}
+    return not torch_rpc_api._is_current_rpc_agent_set()
 
 
-def _measure(sides: dict[str, Callable[[], tuple[float, float, Any]]], rounds: int, warmup: int, number: int) -> Any:
-    import torch
+def _callee(side: str, port: int, path: str) -> int:
+    api = _join(side, 1, port, path)
+    api.shutdown()
+    return 0
 
-    expected = torch.ones(BATCH, WIDTH) @ make_layer().weight.detach()  # d sum(x W^T + b) / dx
+
+class _Side:
+    """One side's two processes, driven through the caller's stdin and stdout."""
+
+    def __init__(self, side: str, path: str, threads: int) -> None:
+        self.side = side
+        port = _free_port()
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        if threads:
+            env["OMP_NUM_THREADS"] = str(threads)
+        argv = [sys.executable, __file__, "--side", side, "--port", str(port), "--path", path]
+        self.callee = subprocess.Popen([*argv, "--role", "callee"], env=env)
+        self.caller = subprocess.Popen(
+            [*argv, "--role", "caller"], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
+        self._buffer = ""
+
+    def read(self, what: str) -> str:
+        """The caller's next line (raises when it exits, or stays silent past the limit)."""
+        assert self.caller.stdout is not None
+        deadline = time.monotonic() + REPLY_LIMIT
+        while "\n" not in self._buffer:
+            left = deadline - time.monotonic()
+            ready, _, _ = select.select([self.caller.stdout], [], [], max(0.0, min(left, 1.0)))
+            if ready:
+                chunk = os.read(self.caller.stdout.fileno(), 1 << 20).decode()
+                if not chunk:
+                    raise BenchmarkError(f"{self.side}'s caller exited before it could {what} (its stderr is above)")
+                self._buffer += chunk
+            elif left <= 0:
+                raise BenchmarkError(f"{self.side}'s caller did not {what} within {REPLY_LIMIT:g}s")
+        line, _, self._buffer = self._buffer.partition("\n")
+        return line
+
+    def run(self, steps: int) -> dict[str, Any]:
+        assert self.caller.stdin is not None
+        self.caller.stdin.write(f"run {steps}\n")
+        self.caller.stdin.flush()
+        found: dict[str, Any] = json.loads(self.read(f"run {steps} steps"))
+        if found["error"] > TOLERANCE:
+            raise BenchmarkError(f"{self.side}'s gradient of x is off by up to {found['error']:g}")
+        return found
+
+    def close(self) -> bool:
+        """Ask the caller to leave; True when both processes ended well."""
+        with_errors = False
+        if self.caller.poll() is None and self.caller.stdin is not None:
+            try:
+                self.caller.stdin.write("quit\n")
+                self.caller.stdin.close()
+            except OSError:
+                with_errors = True
+        for proc in (self.caller, self.callee):
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            with_errors = with_errors or proc.returncode != 0
+        return not with_errors
+
+
+def _measure(sides: dict[str, _Side], rounds: int, warmup: int, number: int) -> Any:
     times: dict[str, dict[str, list[float]]] = {k: {f: [] for f in FIGURES} for k in "ab"}
     for i, pair in enumerate(alternate(warmup + rounds)):
         for key in pair:
-            for _ in range(number):
-                bwd, total, grad = sides[key]()
-                if not grad.allclose(expected, rtol=1e-4, atol=1e-4):  # every step, outside the timed part
-                    diff = float((grad - expected).abs().max())
-                    label = LABELS["ab".index(key)]
-                    raise BenchmarkError(f"round {i}: {label}'s gradient of x is off by up to {diff:g}")
-                if i >= warmup:
-                    times[key]["backward"].append(bwd)
-                    times[key]["step"].append(total)
+            found = sides[key].run(number)
+            if i >= warmup:
+                for figure in FIGURES:
+                    times[key][figure] += found["times"][figure]
     return times
 
 
@@ -190,38 +273,47 @@ def _report(times: Any, path: str, settings: str) -> dict[str, float]:
 def main(argv: list[str] | None = None) -> int:
     parser = bench_parser(__doc__, rounds=30, warmup=2, number=10)
     parser.add_argument("--path", choices=("tcp", "shm"), default="tcp", help="the link both sides use")
-    parser.add_argument("--role", choices=("caller", "callee"), default="caller", help=argparse.SUPPRESS)
-    parser.add_argument("--ports", help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-    if args.role == "callee":
-        return _callee(args.ports, args.path)
-    rounds, warmup, number = (SMOKE_ROUNDS, SMOKE_WARMUP, 2) if args.smoke else (args.rounds, args.warmup, args.number)
-    if rounds < 1 or warmup < 0 or number < 1:
-        parser.error("--rounds and --number must be at least 1, --warmup at least 0")
-    ports = f"{_free_port()},{_free_port()}"
-    child = subprocess.Popen(
-        [sys.executable, __file__, "--role", "callee", "--ports", ports, "--path", args.path],
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        metavar="N",
+        help="OMP_NUM_THREADS of the four processes (default 1, as rallypoint run gives workers sharing "
+        "a node; 0: torch's default, one per CPU)",
     )
+    parser.add_argument("--role", choices=("caller", "callee"), help=argparse.SUPPRESS)
+    parser.add_argument("--side", choices=LABELS, help=argparse.SUPPRESS)
+    parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.role is not None:
+        return (_caller if args.role == "caller" else _callee)(args.side, args.port, args.path)
+    rounds, warmup, number = (SMOKE_ROUNDS, SMOKE_WARMUP, 2) if args.smoke else (args.rounds, args.warmup, args.number)
+    if rounds < 1 or warmup < 0 or number < 1 or args.threads < 0:
+        parser.error("--rounds and --number must be at least 1, --warmup and --threads at least 0")
+    sides = {key: _Side(label, args.path, args.threads) for key, label in zip("ab", LABELS, strict=True)}
+    clean = False
     try:
-        torch_port, rp_port = (int(p) for p in ports.split(","))
-        trpc, rpc = _join(0, torch_port, rp_port, args.path)
-        settings = f"{rounds} rounds of {number} steps per side after {warmup} warm-up, alternating, order flipped"
-        times = _measure(_sides(trpc, rpc), rounds, warmup, number)
+        for side in sides.values():
+            said = side.read("start")
+            if said != "ready alone":
+                raise BenchmarkError(f"{side.side}'s caller did not start alone: {said!r}")
+        threads = f"OMP_NUM_THREADS={args.threads}" if args.threads else "torch's default threads (one per CPU)"
+        settings = (
+            f"{rounds} rounds of {number} steps per side after {warmup} warm-up, alternating, order flipped; "
+            f"each side in its own caller and callee processes, {threads}"
+        )
+        times = _measure(sides, rounds, warmup, number)
         ratios = _report(times, args.path, settings)
-        trpc.shutdown()
-        rpc.shutdown()
     finally:
-        try:
-            child.wait(timeout=120)
-        except subprocess.TimeoutExpired:
-            child.kill()
+        clean = all([side.close() for side in sides.values()])
     if args.json:
-        Path(args.json).write_text(json.dumps({"path": args.path, "ratios": ratios, "seconds": times}) + "\n")
+        Path(args.json).write_text(
+            json.dumps({"path": args.path, "threads": args.threads, "ratios": ratios, "seconds": times}) + "\n"
+        )
     worst = max(ratios, key=lambda f: ratios[f])
     print(f"headline: the larger median ratio ({worst}), TensorPipe {args.path}")
     print(f"ratio {LABELS[0]}/{LABELS[1]}: {format_ratio(ratios[worst])}x")
-    return 0 if child.returncode == 0 else 1
+    return 0 if clean else 1
 
 
 if __name__ == "__main__":

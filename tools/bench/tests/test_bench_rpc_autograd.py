@@ -1,4 +1,8 @@
-"""tools/bench/rpc_autograd.py: --help runs nothing; a smoke run checks the gradients and ends with the ratio."""
+"""tools/bench/rpc_autograd.py: --help runs nothing; a smoke run checks the gradients and ends with the ratio.
+
+The smoke run also checks the set-up: each side in its own caller and callee processes, so that
+neither RPC system runs in a process whose threads the other one changed.
+"""
 
 from __future__ import annotations
 
@@ -20,11 +24,14 @@ def run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
 def test_help_and_bad_path() -> None:
     proc = run("--help")
     assert proc.returncode == 0, proc.stderr
-    for option in ("--path", "--smoke", "--number"):
+    for option in ("--path", "--smoke", "--number", "--threads"):
         assert option in proc.stdout
     proc = run("--path", "carrier-pigeon")
     assert proc.returncode == 2
     assert "--path" in proc.stderr
+    proc = run("--threads", "-1")
+    assert proc.returncode == 2
+    assert "--threads" in proc.stderr
 
 
 @pytest.mark.slow
@@ -33,4 +40,5 @@ def test_smoke_run() -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
     for figure in ("backward: median ratio", "step: median ratio"):
         assert figure in proc.stdout
+    assert "each side in its own caller and callee processes, OMP_NUM_THREADS=1" in proc.stdout
     assert parse_ratio_line(proc.stdout)[:2] == ("rallypoint", "torch")
