@@ -16,7 +16,9 @@ built on its callee from the same seed, and one step is
 so 1 MiB of activations travels each way in the forward pass and again in the backward pass.
 Two figures per side: ``backward`` (the ``backward`` call alone: the gradient message to the
 owner, its local backward, the gradient of ``x`` back) and ``step`` (context, forward and
-backward). Every step's gradient of ``x`` is checked against the analytic one.
+backward); and, to see who uses the CPU meanwhile, the caller's CPU time during ``backward`` (all
+its threads: a caller that only waits uses little). Every step's gradient of ``x`` is checked
+against the analytic one.
 
 Both sides use their own defaults: rallypoint the safe serializer with the job token checked on
 every call, TCP on loopback (its same-host path off, --path tcp) or its default same-host path
@@ -133,15 +135,16 @@ def _caller(side: str, port: int, path: str) -> int:
     for line in sys.stdin:
         if not line.startswith("run "):
             break
-        times: dict[str, list[float]] = {f: [] for f in FIGURES}
+        times: dict[str, list[float]] = {f: [] for f in (*FIGURES, "caller_cpu")}
         worst = 0.0
         for _ in range(int(line.split()[1])):
             start = clock()
             with autograd.context() as ctx:
                 out = layer.rpc_sync().forward(x)
-                mid = clock()
+                mid, cpu = clock(), time.process_time()
                 autograd.backward(ctx, [out.sum()])
                 end = clock()
+                times["caller_cpu"].append(time.process_time() - cpu)  # every thread of the caller
                 grad = autograd.get_gradients(ctx)[x]
             times["backward"].append(end - mid)
             times["step"].append(end - start)
@@ -229,12 +232,12 @@ class _Side:
 
 
 def _measure(sides: dict[str, _Side], rounds: int, warmup: int, number: int) -> Any:
-    times: dict[str, dict[str, list[float]]] = {k: {f: [] for f in FIGURES} for k in "ab"}
+    times: dict[str, dict[str, list[float]]] = {k: {f: [] for f in (*FIGURES, "caller_cpu")} for k in "ab"}
     for i, pair in enumerate(alternate(warmup + rounds)):
         for key in pair:
             found = sides[key].run(number)
             if i >= warmup:
-                for figure in FIGURES:
+                for figure in times[key]:
                     times[key][figure] += found["times"][figure]
     return times
 
@@ -266,6 +269,10 @@ def _report(times: Any, path: str, settings: str) -> dict[str, float]:
         lines.append(
             f"{figure}: median ratio {format_ratio(ratios[figure])}x, p90 ratio {format_ratio(_p90(a) / _p90(b))}x"
         )
+    cpu = [format_duration(statistics.median(times[key]["caller_cpu"])) for key in "ab"]
+    lines.append(
+        f"caller CPU time during backward (all its threads, median): {LABELS[0]} {cpu[0]}, {LABELS[1]} {cpu[1]}"
+    )
     print("\n".join(lines), flush=True)
     return ratios
 
