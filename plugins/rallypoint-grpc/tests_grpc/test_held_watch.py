@@ -82,7 +82,8 @@ def test_a_server_that_sends_no_entry_leaves_the_read_to_the_caller(monkeypatch:
 
 
 def test_a_waiting_node_sends_nothing_but_its_watch_after_its_join(server: RendezvousServer) -> None:
-    """It used to read the round again once woken (a List per waiting node, all at once)."""
+    """It used to read the round again once woken (a List per waiting node, all at once), and to
+    check in with three calls (the round's listing, the claim of the run id, the ticket)."""
     ROSTERS.clear()
     run_id = f"held-{uuid.uuid4().hex[:8]}"
     timeouts = RendezvousTimeouts(join=60, last_call=30, close=5, heartbeat_interval=30, heartbeat_timeout=60)
@@ -106,3 +107,5 @@ def test_a_waiting_node_sends_nothing_but_its_watch_after_its_join(server: Rende
     assert sorted(r.group_rank for r in results) == [0, 1]
     joined = calls.index("CreateAndAdd")
     assert calls[joined + 1 :] == ["Watch"], calls
+    # and before it, one call: the check-in reads the round, claims the run id and takes a ticket
+    assert calls[:joined] == ["CheckIn"], calls

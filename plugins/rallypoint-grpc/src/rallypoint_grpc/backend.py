@@ -28,10 +28,12 @@ from typing import Any
 import grpc
 
 from rallypoint.rendezvous.backend import (
+    CheckIn,
     Entry,
     JSONValue,
     Version,
     WatchedChange,
+    check_in_in_steps,
     check_key,
     create_and_add_in_two_steps,
 )
@@ -108,6 +110,7 @@ class GrpcBackend:
         self._tls = tls
         self._max = max_message_bytes
         self._two_step_joins = False  # the server lacks CreateAndAdd
+        self._step_check_ins = False  # the server lacks CheckIn
         get_channel(endpoint, tls, max_message_bytes=max_message_bytes)  # starts connecting
 
     @property
@@ -216,6 +219,39 @@ class GrpcBackend:
             self._two_step_joins = True
             return create_and_add_in_two_steps(self, key, value, counter, amount)
         return bool(reply.created), _entry(reply), int(reply.total)
+
+    def check_in(
+        self, prefix: str, counter: str, *, unless: str, claim: tuple[str, JSONValue] | None = None
+    ) -> CheckIn:
+        """See :class:`~rallypoint.rendezvous.backend.SupportsCheckIn`: one call (a node's first request).
+
+        The claim key must hold exactly the JSON text this backend writes for the claim's value
+        (a value equal as JSON but written otherwise adds nothing; the caller then adds). A server
+        of a version without the call (``UNIMPLEMENTED``) gets the step-by-step check-in instead,
+        from then on.
+        """
+        if self._step_check_ins:
+            return check_in_in_steps(self, prefix, counter, unless=unless, claim=claim)
+        request = pb.CheckInRequest(
+            space=self.run_id,
+            prefix=check_key(prefix, prefix=True),
+            counter=check_key(counter),
+            unless=check_key(unless),
+            request_id=uuid.uuid4().hex,
+        )
+        if claim is not None:
+            request.claim_key = check_key(claim[0])
+            request.claim_value = _dump(claim[1])
+        try:
+            reply = self._invoke("CheckIn", request)
+        except grpc.RpcError as exc:
+            if exc.code() != grpc.StatusCode.UNIMPLEMENTED:
+                raise self._error("CheckIn", exc) from None
+            self._step_check_ins = True
+            return check_in_in_steps(self, prefix, counter, unless=unless, claim=claim)
+        entries = {k: Entry(json.loads(e.value), e.version) for k, e in reply.entries.items()}
+        claimed = Entry(json.loads(reply.claimed.value), reply.claimed.version) if reply.HasField("claimed") else None
+        return CheckIn(entries, int(reply.count) if reply.HasField("count") else None, claimed)
 
     def delete(self, key: str, *, version: Version | None = None) -> bool:
         """See :meth:`RendezvousBackend.delete`."""

@@ -108,6 +108,21 @@ class RendezvousService(pb_grpc.RendezvousServicer):
         )
         return pb.CreateAndAddReply(created=created, entry=_entry(current), total=total)
 
+    async def CheckIn(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        """See the .proto file."""
+        claim = (request.claim_key, request.claim_value) if request.HasField("claim_key") else None
+        found, count, claimed = await self._run(
+            context,
+            lambda: self.store.check_in(
+                request.space, request.prefix, request.counter, request.unless, claim, request.request_id
+            ),
+        )
+        return pb.CheckInReply(
+            entries={k: pb.Entry(value=t, version=v) for k, (t, v) in found.items()},
+            count=count,
+            claimed=_entry(claimed),
+        )
+
     async def Delete(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         """See the .proto file."""
         version = request.version if request.HasField("version") else None

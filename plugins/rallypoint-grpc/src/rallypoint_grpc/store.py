@@ -385,6 +385,48 @@ class Store:
         result: tuple[bool, tuple[str, int] | None, int] = self._once(request_id, apply)
         return result
 
+    def check_in(
+        self,
+        name: str,
+        prefix: str,
+        counter: str,
+        unless: str,
+        claim: tuple[str, str] | None,
+        request_id: str = "",
+    ) -> tuple[dict[str, tuple[str, int]], int | None, tuple[str, int] | None]:
+        """A node's check-in as one step: the listing, the job's claim and the arrival ticket.
+
+        List ``prefix``; then, unless ``unless`` exists, create the ``claim`` key ``(key, JSON
+        text)`` if absent and add 1 to ``counter`` if the key holds exactly that text (or without
+        a claim).
+
+        Returns ``(the listing before the writes, the counter after the add or None when nothing
+        was added, the claim key's entry after the call or None)``.
+        """
+        _check_key(prefix, prefix=True)
+        _check_key(counter)
+        _check_key(unless)
+        if claim is not None:
+            _check_key(claim[0])
+            self._json(claim[0], claim[1])
+        sp = self.space(name)
+
+        def apply() -> tuple[dict[str, tuple[str, int]], int | None, tuple[str, int] | None]:
+            found = {k: (sp.data[k].text, sp.data[k].version) for k in self._under(sp, prefix)}
+            claimed = None if claim is None else sp.data.get(claim[0])
+            if unless in sp.data or (claimed is not None and claim is not None and claimed.text != claim[1]):
+                return found, None, None if claimed is None else (claimed.text, claimed.version)
+            total = self._sum(sp, counter, 1)
+            with self._one_line():  # the claim and the count: both in the log, or neither
+                if claim is not None and claimed is None:
+                    self._write(name, sp, claim[0], claim[1], None)
+                    claimed = sp.data[claim[0]]
+                self._write(name, sp, counter, str(total), None)
+            return found, total, None if claimed is None else (claimed.text, claimed.version)
+
+        result: tuple[dict[str, tuple[str, int]], int | None, tuple[str, int] | None] = self._once(request_id, apply)
+        return result
+
     def delete(self, name: str, key: str, version: int | None, request_id: str = "") -> bool:
         """Delete ``key`` (only at ``version`` when given)."""
         _check_key(key)

@@ -116,6 +116,41 @@ class CreateAndAddReply(_message.Message):
     total: int
     def __init__(self, created: _Optional[bool] = ..., entry: _Optional[_Union[Entry, _Mapping]] = ..., total: _Optional[int] = ...) -> None: ...
 
+class CheckInRequest(_message.Message):
+    __slots__ = ("space", "prefix", "counter", "unless", "claim_key", "claim_value", "request_id")
+    SPACE_FIELD_NUMBER: _ClassVar[int]
+    PREFIX_FIELD_NUMBER: _ClassVar[int]
+    COUNTER_FIELD_NUMBER: _ClassVar[int]
+    UNLESS_FIELD_NUMBER: _ClassVar[int]
+    CLAIM_KEY_FIELD_NUMBER: _ClassVar[int]
+    CLAIM_VALUE_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    space: str
+    prefix: str
+    counter: str
+    unless: str
+    claim_key: str
+    claim_value: str
+    request_id: str
+    def __init__(self, space: _Optional[str] = ..., prefix: _Optional[str] = ..., counter: _Optional[str] = ..., unless: _Optional[str] = ..., claim_key: _Optional[str] = ..., claim_value: _Optional[str] = ..., request_id: _Optional[str] = ...) -> None: ...
+
+class CheckInReply(_message.Message):
+    __slots__ = ("entries", "count", "claimed")
+    class EntriesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: Entry
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[Entry, _Mapping]] = ...) -> None: ...
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    CLAIMED_FIELD_NUMBER: _ClassVar[int]
+    entries: _containers.MessageMap[str, Entry]
+    count: int
+    claimed: Entry
+    def __init__(self, entries: _Optional[_Mapping[str, Entry]] = ..., count: _Optional[int] = ..., claimed: _Optional[_Union[Entry, _Mapping]] = ...) -> None: ...
+
 class DeleteRequest(_message.Message):
     __slots__ = ("space", "key", "version", "request_id")
     SPACE_FIELD_NUMBER: _ClassVar[int]

@@ -59,6 +59,11 @@ class RendezvousStub:
                 request_serializer=rendezvous__pb2.CreateAndAddRequest.SerializeToString,
                 response_deserializer=rendezvous__pb2.CreateAndAddReply.FromString,
                 _registered_method=True)
+        self.CheckIn = channel.unary_unary(
+                '/rallypoint.rendezvous.v1.Rendezvous/CheckIn',
+                request_serializer=rendezvous__pb2.CheckInRequest.SerializeToString,
+                response_deserializer=rendezvous__pb2.CheckInReply.FromString,
+                _registered_method=True)
         self.Delete = channel.unary_unary(
                 '/rallypoint.rendezvous.v1.Rendezvous/Delete',
                 request_serializer=rendezvous__pb2.DeleteRequest.SerializeToString,
@@ -104,6 +109,12 @@ class RendezvousServicer:
         raise NotImplementedError('Method not implemented!')
 
     def CreateAndAdd(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CheckIn(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -155,6 +166,11 @@ def add_RendezvousServicer_to_server(servicer, server):
                     servicer.CreateAndAdd,
                     request_deserializer=rendezvous__pb2.CreateAndAddRequest.FromString,
                     response_serializer=rendezvous__pb2.CreateAndAddReply.SerializeToString,
+            ),
+            'CheckIn': grpc.unary_unary_rpc_method_handler(
+                    servicer.CheckIn,
+                    request_deserializer=rendezvous__pb2.CheckInRequest.FromString,
+                    response_serializer=rendezvous__pb2.CheckInReply.SerializeToString,
             ),
             'Delete': grpc.unary_unary_rpc_method_handler(
                     servicer.Delete,
@@ -307,6 +323,33 @@ class Rendezvous:
             '/rallypoint.rendezvous.v1.Rendezvous/CreateAndAdd',
             rendezvous__pb2.CreateAndAddRequest.SerializeToString,
             rendezvous__pb2.CreateAndAddReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CheckIn(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rallypoint.rendezvous.v1.Rendezvous/CheckIn',
+            rendezvous__pb2.CheckInRequest.SerializeToString,
+            rendezvous__pb2.CheckInReply.FromString,
             options,
             channel_credentials,
             insecure,

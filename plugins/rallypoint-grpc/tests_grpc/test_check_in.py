@@ -1,0 +1,119 @@
+"""A node's check-in on the gRPC backend: one CheckIn call, applied once, persisted; the steps for old servers."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+
+from rallypoint.rendezvous.backend import SupportsCheckIn, check_in
+from rallypoint_grpc.backend import GrpcBackend
+from rallypoint_grpc.server import RendezvousServer, RendezvousService, ServerConfig
+from rallypoint_grpc.store import Store, StoreError
+
+
+class CountingBackend(GrpcBackend):
+    """The real client, counting its calls by method."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.calls: Counter[str] = Counter()
+
+    def _invoke(self, op: str, request: Any) -> Any:
+        self.calls[op] += 1
+        return super()._invoke(op, request)
+
+
+@pytest.fixture
+def serve() -> Iterator[Any]:
+    servers: list[RendezvousServer] = []
+
+    def start(**kwargs: Any) -> RendezvousServer:
+        server = RendezvousServer(ServerConfig(**kwargs)).start()
+        servers.append(server)
+        return server
+
+    yield start
+    for server in servers:
+        server.stop()
+
+
+def test_the_store_checks_in_once_and_logs_it(tmp_path: Path) -> None:
+    store = Store(data_dir=tmp_path)
+    store.set("run", "round/header", '{"round":0}', None)
+    claim = ("job", '"fingerprint"')
+    found, count, claimed = store.check_in("run", "round/", "round/count", "round/closed", claim, request_id="r1")
+    assert set(found) == {"round/header"}
+    assert count == 1
+    assert claimed is not None
+    assert claimed[0] == '"fingerprint"'
+    # sent again after a lost reply: the same answer, counted once
+    assert store.check_in("run", "round/", "round/count", "round/closed", claim, request_id="r1") == (
+        found,
+        count,
+        claimed,
+    )
+    # a second node of the same job: the claim is there already, its ticket is 2; the listing is
+    # the one before its writes
+    found, count, _ = store.check_in("run", "round/", "round/count", "round/closed", claim, request_id="r2")
+    assert count == 2
+    assert found["round/count"][0] == "1"
+    store.close()
+    again = Store(data_dir=tmp_path)  # a restarted server: the claim and the tickets are in the log
+    assert again.get("run", "job") == claimed
+    assert again.get("run", "round/count") is not None
+    assert again.get("run", "round/count")[0] == "2"  # type: ignore[index]
+    again.close()
+
+
+def test_a_refused_node_takes_nothing() -> None:
+    store = Store()
+    store.set("run", "job", '"another job"', None)
+    found, count, claimed = store.check_in("run", "round/", "round/count", "round/closed", ("job", '"mine"'))
+    assert (found, count) == ({}, None)
+    assert claimed is not None
+    assert claimed[0] == '"another job"'
+    store.set("run", "round/closed", "true", None)
+    _, count, claimed = store.check_in("run", "round/", "round/count", "round/closed", ("other", '"mine"'))
+    assert (count, claimed) == (None, None)  # the marker stops the claim too
+    assert store.get("run", "other") is None
+    assert store.get("run", "round/count") is None
+    store.set("run", "text", '"x"', None)
+    with pytest.raises(StoreError, match="not an integer") as refused:
+        store.check_in("run", "x/", "text", "nothing", ("mine", '"m"'))
+    assert refused.value.code == "precondition"
+    assert store.get("run", "mine") is None
+
+
+def test_a_check_in_is_one_call(serve: Any) -> None:
+    server = serve()
+    backend = CountingBackend(server.address, "run-one")
+    assert isinstance(backend, SupportsCheckIn)
+    backend.set("round/header", {"round": 0})
+    first = check_in(backend, "round/", "round/count", unless="round/closed", claim=("job", {"fp": "a"}))
+    second = check_in(backend, "round/", "round/count", unless="round/closed", claim=("job", {"fp": "a"}))
+    other = check_in(backend, "round/", "round/count", unless="round/closed", claim=("job", {"fp": "b"}))
+    assert (first.count, second.count, other.count) == (1, 2, None)
+    assert set(second.entries) == {"round/header", "round/count"}
+    assert second.claimed is not None
+    assert second.claimed.value == {"fp": "a"}
+    assert other.claimed == second.claimed
+    assert dict(backend.calls) == {"Set": 1, "CheckIn": 3}
+
+
+def test_an_older_server_gets_the_steps(serve: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    async def unimplemented(self: Any, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "Method not found!")
+
+    monkeypatch.setattr(RendezvousService, "CheckIn", unimplemented)
+    server = serve()
+    backend = CountingBackend(server.address, "run-old")
+    first = check_in(backend, "round/", "round/count", unless="round/closed", claim=("job", {"fp": "a"}))
+    second = check_in(backend, "round/", "round/count", unless="round/closed", claim=("job", {"fp": "a"}))
+    assert (first.count, second.count) == (1, 2)
+    # asked once, then never again: the listing (the marker is under its prefix), the claim, the add
+    assert dict(backend.calls) == {"CheckIn": 1, "List": 2, "CompareAndSet": 2, "Add": 2}
