@@ -117,3 +117,28 @@ def test_an_older_server_gets_the_steps(serve: Any, monkeypatch: pytest.MonkeyPa
     assert (first.count, second.count) == (1, 2)
     # asked once, then never again: the listing (the marker is under its prefix), the claim, the add
     assert dict(backend.calls) == {"CheckIn": 1, "List": 2, "CompareAndSet": 2, "Add": 2}
+
+
+def test_the_stub_is_made_once_per_channel(serve: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Making a stub builds a callable for every method of the service: it was made on each call."""
+    import rallypoint_grpc.backend as backend_module
+
+    made: list[Any] = []
+    real = backend_module.pb_grpc.RendezvousStub
+
+    def counting(channel: Any) -> Any:
+        made.append(channel)
+        return real(channel)  # type: ignore[no-untyped-call]
+
+    monkeypatch.setattr(backend_module.pb_grpc, "RendezvousStub", counting)
+    server = serve()
+    backend = GrpcBackend(server.address, "run-stub")
+    backend.set("a", 1)
+    backend.get("a")
+    check_in(backend, "round/", "round/count", unless="round/closed")
+    assert len(made) == 1
+    # another channel (a forked child's, say) gets a stub of its own
+    other = backend_module.get_channel(server.address, None, max_message_bytes=backend._max + 1)
+    monkeypatch.setattr(backend_module, "get_channel", lambda *args, **kwargs: other)
+    assert backend.get("a") is not None
+    assert made == [made[0], other]

@@ -111,13 +111,19 @@ class GrpcBackend:
         self._max = max_message_bytes
         self._two_step_joins = False  # the server lacks CreateAndAdd
         self._step_check_ins = False  # the server lacks CheckIn
+        self._stubs: tuple[Any, Any] | None = None  # (channel, its stub)
         get_channel(endpoint, tls, max_message_bytes=max_message_bytes)  # starts connecting
 
     @property
     def _stub(self) -> Any:
-        # Looked up on each call: the channel cache is per process, so a forked child gets its own.
+        # The channel is looked up on each call (the channel cache is per process, so a forked
+        # child gets its own); the stub is made again only for another channel (making one
+        # builds a callable per method of the service).
         channel = get_channel(self.endpoint, self._tls, max_message_bytes=self._max)
-        return pb_grpc.RendezvousStub(channel)  # type: ignore[no-untyped-call]
+        made = self._stubs
+        if made is None or made[0] is not channel:
+            made = self._stubs = (channel, pb_grpc.RendezvousStub(channel))  # type: ignore[no-untyped-call]
+        return made[1]
 
     # -- calls ----------------------------------------------------------------------------
     def _error(self, op: str, exc: grpc.RpcError) -> Exception:
