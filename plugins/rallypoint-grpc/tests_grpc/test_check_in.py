@@ -13,7 +13,7 @@ import pytest
 from rallypoint.rendezvous.backend import SupportsCheckIn, check_in
 from rallypoint_grpc.backend import GrpcBackend
 from rallypoint_grpc.server import RendezvousServer, RendezvousService, ServerConfig
-from rallypoint_grpc.store import Store, StoreError
+from rallypoint_grpc.store import Limits, Store, StoreError
 
 
 class CountingBackend(GrpcBackend):
@@ -87,6 +87,19 @@ def test_a_refused_node_takes_nothing() -> None:
         store.check_in("run", "x/", "text", "nothing", ("mine", '"m"'))
     assert refused.value.code == "precondition"
     assert store.get("run", "mine") is None
+
+
+def test_a_check_in_over_the_limits_writes_nothing(tmp_path: Path) -> None:
+    store = Store(Limits(max_value_bytes=64, max_total_bytes=40), data_dir=tmp_path)
+    store.set("run", "round/count", "9", None)
+    with pytest.raises(StoreError, match="limit is 40"):  # the claim fits, the bigger count does not
+        store.check_in("run", "round/", "round/count", "round/closed", ("job", '"' + "x" * 23 + '"'))
+    assert store.get("run", "job") is None
+    assert store.get("run", "round/count") == ("9", 1)
+    store.close()
+    again = Store(data_dir=tmp_path)  # nor in the log
+    assert again.get("run", "job") is None
+    again.close()
 
 
 def test_a_check_in_is_one_call(serve: Any) -> None:

@@ -414,14 +414,23 @@ class Store:
         def apply() -> tuple[dict[str, tuple[str, int]], int | None, tuple[str, int] | None]:
             found = {k: (sp.data[k].text, sp.data[k].version) for k in self._under(sp, prefix)}
             claimed = None if claim is None else sp.data.get(claim[0])
-            if unless in sp.data or (claimed is not None and claim is not None and claimed.text != claim[1]):
+            if unless in sp.data or (claim is not None and claimed is not None and claimed.text != claim[1]):
                 return found, None, None if claimed is None else (claimed.text, claimed.version)
             total = self._sum(sp, counter, 1)
             with self._one_line():  # the claim and the count: both in the log, or neither
-                if claim is not None and claimed is None:
+                created = claim is not None and claimed is None
+                if claim is not None and created:
                     self._write(name, sp, claim[0], claim[1], None)
                     claimed = sp.data[claim[0]]
-                self._write(name, sp, counter, str(total), None)
+                try:
+                    self._write(name, sp, counter, str(total), None)
+                except StoreError:  # over a limit: take the claim back, so that neither write happened
+                    if claim is not None and created:
+                        sp.revision += 1
+                        self._drop(sp, claim[0])
+                        self._append({"op": "del", "s": name, "k": claim[0], "v": sp.revision})
+                        self._wake(sp, claim[0])
+                    raise
             return found, total, None if claimed is None else (claimed.text, claimed.version)
 
         result: tuple[dict[str, tuple[str, int]], int | None, tuple[str, int] | None] = self._once(request_id, apply)
