@@ -1,8 +1,9 @@
 """RPC round trips: rallypoint.rpc (grpc transport) against torch.distributed.rpc (TensorPipe), same run.
 
-Two processes on this machine: this one calls, a child serves. Both join *both* RPC groups
-(torch's TensorPipe agent on one port, rallypoint's on another), so the two sides are timed
-alternately in the same processes against the same peer:
+Each side runs in a pair of processes of its own, a caller and a callee (rallypoint's pair never
+starts torch's RPC, torch's never starts rallypoint's: in one process the two change each
+other's behaviour, see tools/bench/sides.py); the parent only conducts, asking one caller for a
+batch of calls, then the other. The cases:
 
   small   rpc_sync(callee, echo, (4-element float32 tensor,))
   1mb     rpc_sync(callee, echo, (1 MiB float32 tensor,))
@@ -40,10 +41,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import socket
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -62,15 +61,10 @@ from tools.bench.harness import (
     format_ratio,
     schedule,
 )
+from tools.bench.sides import SideProcesses, alone, free_port
 
 CASES = ("small", "1mb", "remote")
 LABELS = ("rallypoint", "torch")
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def echo(t: Any) -> Any:
@@ -78,38 +72,35 @@ def echo(t: Any) -> Any:
     return t
 
 
-def _join(rank: int, torch_port: int, rp_port: int, path: str) -> tuple[Any, Any]:
-    import warnings
+def _join(side: str, rank: int, port: int, path: str) -> Any:
+    """Join this side's two-process RPC group; returns the module to call and shut it down with."""
+    if side == "torch":
+        import warnings
 
-    import torch.distributed.rpc as trpc
+        import torch.distributed.rpc as trpc
 
-    warnings.filterwarnings("ignore", category=UserWarning, module="torch")  # its RPC's deprecation notes
-
+        warnings.filterwarnings("ignore", category=UserWarning, module="torch")  # its RPC's deprecation notes
+        links = {"tcp": (["uv"], ["basic"]), "shm": (["shm"], ["cma", "basic"])}[path]
+        opts = trpc.TensorPipeRpcBackendOptions(
+            init_method=f"tcp://127.0.0.1:{port}", rpc_timeout=120, _transports=links[0], _channels=links[1]
+        )
+        trpc.init_rpc(f"w{rank}", rank=rank, world_size=2, rpc_backend_options=opts)  # type: ignore[no-untyped-call]
+        return trpc
     from rallypoint import rpc
 
     rpc.expose(echo)
-    links = {"tcp": (["uv"], ["basic"]), "shm": (["shm"], ["cma", "basic"])}[path]
-    opts = trpc.TensorPipeRpcBackendOptions(
-        init_method=f"tcp://127.0.0.1:{torch_port}", rpc_timeout=120, _transports=links[0], _channels=links[1]
-    )
-    trpc.init_rpc(f"torch{rank}", rank=rank, world_size=2, rpc_backend_options=opts)  # type: ignore[no-untyped-call]
-    transport = {"same_host_shm": path == "shm"}
     rp_opts = rpc.RpcOptions(
-        init_method=f"tcp://127.0.0.1:{rp_port}", rpc_timeout=120, host="127.0.0.1", transport_options=transport
+        init_method=f"tcp://127.0.0.1:{port}",
+        rpc_timeout=120,
+        host="127.0.0.1",
+        transport_options={"same_host_shm": path == "shm"},
     )
-    rpc.init_rpc(f"rp{rank}", rank=rank, world_size=2, options=rp_opts)
-    return trpc, rpc
+    rpc.init_rpc(f"w{rank}", rank=rank, world_size=2, options=rp_opts)
+    return rpc
 
 
-def _callee(ports: str, path: str) -> int:
-    torch_port, rp_port = (int(p) for p in ports.split(","))
-    trpc, rpc = _join(1, torch_port, rp_port, path)
-    trpc.shutdown()
-    rpc.shutdown()
-    return 0
-
-
-def _sides(case: str, trpc: Any, rpc: Any) -> tuple[Callable[[], None], Callable[[], None], str]:
+def _call(case: str, api: Any) -> Callable[[], None]:
+    """One call of ``case`` (checked) through ``api``."""
     import torch
 
     t = torch.arange(4, dtype=torch.float32) if case != "1mb" else torch.rand(1 << 18, dtype=torch.float32)
@@ -119,17 +110,14 @@ def _sides(case: str, trpc: Any, rpc: Any) -> tuple[Callable[[], None], Callable
             raise BenchmarkError(f"{case}: the echoed tensor differs from the one sent")
 
     if case == "remote":
-        return (
-            lambda: check(rpc.remote("rp1", echo, args=(t,)).to_here()),
-            lambda: check(trpc.remote("torch1", echo, args=(t,)).to_here()),
-            "remote(callee, echo, (t,)).to_here(), t = 4 float32",
-        )
-    size = "4 float32" if case == "small" else "1 MiB float32"
-    return (
-        lambda: check(rpc.rpc_sync("rp1", echo, args=(t,))),
-        lambda: check(trpc.rpc_sync("torch1", echo, args=(t,))),
-        f"rpc_sync(callee, echo, (t,)), t = {size}",
-    )
+        return lambda: check(api.remote("w1", echo, args=(t,)).to_here())
+    return lambda: check(api.rpc_sync("w1", echo, args=(t,)))
+
+
+def _what(case: str) -> str:
+    if case == "remote":
+        return "remote(callee, echo, (t,)).to_here(), t = 4 float32"
+    return f"rpc_sync(callee, echo, (t,)), t = {'4 float32' if case == 'small' else '1 MiB float32'}"
 
 
 def _rallypoint_link() -> str:
@@ -138,25 +126,55 @@ def _rallypoint_link() -> str:
 
     agent = api.current_agent()
     transport: Any = agent.transport
-    conn = transport._connections.get(agent.worker("rp1").address)
+    conn = transport._connections.get(agent.worker("w1").address)
     if conn is None:
         return "grpc"
     return "unix socket" if conn.sock.family == socket.AF_UNIX else "tcp socket"
 
 
-def _measure(sides: dict[str, Callable[[], None]], rounds: int, warmup: int, number: int) -> dict[str, list[float]]:
-    """Per-call seconds of each side: blocks of ``number`` calls, alternating, order flipped each round."""
-    times: dict[str, list[float]] = {"a": [], "b": []}
+def _caller(side: str, port: int, path: str) -> int:
+    """Make calls when the parent asks (``run CASE K`` on stdin), answer each batch with one JSON line."""
+    api = _join(side, 0, port, path)
+    print("ready alone" if alone(side) else "ready, but the other side's RPC runs here too", flush=True)
+    calls: dict[str, Callable[[], None]] = {}
     clock = time.perf_counter_ns
+    for line in sys.stdin:
+        words = line.split()
+        if len(words) != 3 or words[0] != "run":
+            break
+        case, number = words[1], int(words[2])
+        fn = calls.setdefault(case, _call(case, api))
+        times = []
+        for _ in range(number):
+            start = clock()
+            fn()
+            times.append((clock() - start) / 1e9)
+        link = _rallypoint_link() if side == "rallypoint" else f"TensorPipe {path}"
+        print(json.dumps({"times": times, "link": link}), flush=True)
+    api.shutdown()
+    return 0
+
+
+def _callee(side: str, port: int, path: str) -> int:
+    _join(side, 1, port, path).shutdown()
+    return 0
+
+
+def _measure(
+    sides: dict[str, SideProcesses], case: str, rounds: int, warmup: int, number: int
+) -> tuple[dict[str, list[float]], str]:
+    """Per-call seconds of each side (blocks of ``number`` calls, alternating, order flipped each round)
+    and the link rallypoint used."""
+    times: dict[str, list[float]] = {"a": [], "b": []}
+    link = ""
     for i, pair in enumerate(schedule(warmup + rounds)):
         for key in pair:
-            fn, out = sides[key], times[key]
-            for _ in range(number):
-                start = clock()
-                fn()
-                if i >= warmup:
-                    out.append((clock() - start) / 1e9)
-    return times
+            found = sides[key].ask(f"run {case} {number}", f"make {number} {case} calls")
+            if i >= warmup:
+                times[key] += found["times"]
+            if key == "a":
+                link = found["link"]
+    return times, link
 
 
 def _p90(samples: list[float]) -> float:
@@ -188,50 +206,49 @@ def main(argv: list[str] | None = None) -> int:
     parser = bench_parser(__doc__, rounds=20, warmup=2, number=50)
     parser.add_argument("--cases", default=",".join(CASES), help=f"comma-separated, among {', '.join(CASES)}")
     parser.add_argument("--path", "--tensorpipe", choices=("tcp", "shm"), default="tcp", help="the link both use")
-    parser.add_argument("--role", choices=("caller", "callee"), default="caller", help=argparse.SUPPRESS)
-    parser.add_argument("--ports", help=argparse.SUPPRESS)
+    parser.add_argument("--role", choices=("caller", "callee"), help=argparse.SUPPRESS)
+    parser.add_argument("--side", choices=LABELS, help=argparse.SUPPRESS)
+    parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     cases = [c.strip() for c in args.cases.split(",") if c.strip()]
     if not cases or any(c not in CASES for c in cases):
         parser.error(f"--cases: expected some of {', '.join(CASES)}, got {args.cases!r}")
-    if args.role == "callee":
-        return _callee(args.ports, args.path)
+    if args.role is not None:
+        return (_caller if args.role == "caller" else _callee)(args.side, args.port, args.path)
     rounds, warmup, number = (SMOKE_ROUNDS, SMOKE_WARMUP, 2) if args.smoke else (args.rounds, args.warmup, args.number)
     if rounds < 1 or warmup < 0 or number < 1:
         parser.error("--rounds and --number must be at least 1, --warmup at least 0")
-    ports = f"{_free_port()},{_free_port()}"
-    child = subprocess.Popen(
-        [sys.executable, __file__, "--role", "callee", "--ports", ports, "--path", args.path],
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
+    sides = {}
+    for key, label in zip("ab", LABELS, strict=True):
+        argv_ = [sys.executable, __file__, "--side", label, "--port", str(free_port()), "--path", args.path]
+        sides[key] = SideProcesses(label, [*argv_, "--role", "caller"], [*argv_, "--role", "callee"], {})
     ratios: dict[str, float] = {}
     results: dict[str, Any] = {}
+    clean = False
     try:
-        torch_port, rp_port = (int(p) for p in ports.split(","))
-        trpc, rpc = _join(0, torch_port, rp_port, args.path)
-        settings = f"{rounds} rounds of {number} calls per side after {warmup} warm-up, alternating, order flipped"
+        for side in sides.values():
+            said = side.read("start")
+            if said != "ready alone":
+                raise BenchmarkError(f"{side.label}'s caller did not start alone: {said!r}")
+        settings = (
+            f"{rounds} rounds of {number} calls per side after {warmup} warm-up, alternating, order flipped; "
+            "each side in its own caller and callee processes"
+        )
+        expected = "unix socket" if args.path == "shm" else "tcp socket"
         for case in cases:
-            a, b, what = _sides(case, trpc, rpc)
-            times = _measure({"a": a, "b": b}, rounds, warmup, number)
-            link = _rallypoint_link()
-            expected = "unix socket" if args.path == "shm" else "tcp socket"
+            times, link = _measure(sides, case, rounds, warmup, number)
             if link != expected:
                 raise BenchmarkError(f"rallypoint used its {link} path, not the {expected} this variant times")
-            ratios[case] = _report(case, what, link, args.path, times, settings)
+            ratios[case] = _report(case, _what(case), link, args.path, times, settings)
             results[case] = {"link": link, "seconds": {label: times[k] for label, k in zip(LABELS, "ab", strict=True)}}
-        trpc.shutdown()
-        rpc.shutdown()
     finally:
-        try:
-            child.wait(timeout=120)
-        except subprocess.TimeoutExpired:
-            child.kill()
+        clean = all([side.close() for side in sides.values()])
     if args.json:
         Path(args.json).write_text(json.dumps({"path": args.path, "ratios": ratios, "cases": results}) + "\n")
     worst = max(ratios, key=lambda c: ratios[c])
     print(f"headline: the largest median ratio ({worst}), TensorPipe {args.path}")
     print(f"ratio {LABELS[0]}/{LABELS[1]}: {format_ratio(ratios[worst])}x")
-    return 0 if child.returncode == 0 else 1
+    return 0 if clean else 1
 
 
 if __name__ == "__main__":

@@ -45,11 +45,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import select
-import socket
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -60,12 +56,12 @@ if __package__ in (None, ""):  # run as a script: make `tools.bench` importable
 
 from tools.bench.harness import SMOKE_ROUNDS, SMOKE_WARMUP, BenchmarkError, bench_parser, format_duration, format_ratio
 from tools.bench.harness import schedule as alternate
+from tools.bench.sides import SideProcesses, alone, free_port
 
 LABELS = ("rallypoint", "torch")
 FIGURES = ("backward", "step")
 BATCH, WIDTH = 256, 1024  # 256 x 1024 float32 = 1 MiB of activations
 TOLERANCE = 1e-4  # of every element of the gradient of x
-REPLY_LIMIT = 300.0  # seconds a process may take to start or to run one batch of steps
 
 
 def make_layer() -> Any:
@@ -79,12 +75,6 @@ def make_layer() -> Any:
         layer.weight.copy_(torch.rand(WIDTH, WIDTH, generator=gen) * 2 * bound - bound)
         layer.bias.copy_(torch.rand(WIDTH, generator=gen) * 2 * bound - bound)
     return layer
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 # ------------------------------------------------------------------------------------------------
@@ -131,7 +121,7 @@ def _caller(side: str, port: int, path: str) -> int:
     layer = api.remote("w1", make_layer)
     expected = torch.ones(BATCH, WIDTH) @ make_layer().weight.detach()  # d sum(x W^T + b) / dx
     clock = time.perf_counter
-    print("ready alone" if _alone(side) else "ready, but the other side's RPC runs here too", flush=True)
+    print("ready alone" if alone(side) else "ready, but the other side's RPC runs here too", flush=True)
     for line in sys.stdin:
         if not line.startswith("run "):
             break
@@ -155,87 +145,31 @@ def _caller(side: str, port: int, path: str) -> int:
     return 0
 
 
-def _alone(side: str) -> bool:
-    """Whether only ``side``'s RPC system runs in this process."""
-    if side == "torch":
-        return "rallypoint.rpc" not in sys.modules
-    from torch.distributed.rpc import api as torch_rpc_api  # imported with torch anyway
-
-    return not torch_rpc_api._is_current_rpc_agent_set()
-
-
 def _callee(side: str, port: int, path: str) -> int:
     api = _join(side, 1, port, path)
     api.shutdown()
     return 0
 
 
-class _Side:
-    """One side's two processes, driven through the caller's stdin and stdout."""
-
-    def __init__(self, side: str, path: str, threads: int) -> None:
-        self.side = side
-        port = _free_port()
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        if threads:
-            env["OMP_NUM_THREADS"] = str(threads)
-        argv = [sys.executable, __file__, "--side", side, "--port", str(port), "--path", path]
-        self.callee = subprocess.Popen([*argv, "--role", "callee"], env=env)
-        self.caller = subprocess.Popen(
-            [*argv, "--role", "caller"], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
-        )
-        self._buffer = ""
-
-    def read(self, what: str) -> str:
-        """The caller's next line (raises when it exits, or stays silent past the limit)."""
-        assert self.caller.stdout is not None
-        deadline = time.monotonic() + REPLY_LIMIT
-        while "\n" not in self._buffer:
-            left = deadline - time.monotonic()
-            ready, _, _ = select.select([self.caller.stdout], [], [], max(0.0, min(left, 1.0)))
-            if ready:
-                chunk = os.read(self.caller.stdout.fileno(), 1 << 20).decode()
-                if not chunk:
-                    raise BenchmarkError(f"{self.side}'s caller exited before it could {what} (its stderr is above)")
-                self._buffer += chunk
-            elif left <= 0:
-                raise BenchmarkError(f"{self.side}'s caller did not {what} within {REPLY_LIMIT:g}s")
-        line, _, self._buffer = self._buffer.partition("\n")
-        return line
-
-    def run(self, steps: int) -> dict[str, Any]:
-        assert self.caller.stdin is not None
-        self.caller.stdin.write(f"run {steps}\n")
-        self.caller.stdin.flush()
-        found: dict[str, Any] = json.loads(self.read(f"run {steps} steps"))
-        if found["error"] > TOLERANCE:
-            raise BenchmarkError(f"{self.side}'s gradient of x is off by up to {found['error']:g}")
-        return found
-
-    def close(self) -> bool:
-        """Ask the caller to leave; True when both processes ended well."""
-        with_errors = False
-        if self.caller.poll() is None and self.caller.stdin is not None:
-            try:
-                self.caller.stdin.write("quit\n")
-                self.caller.stdin.close()
-            except OSError:
-                with_errors = True
-        for proc in (self.caller, self.callee):
-            try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-            with_errors = with_errors or proc.returncode != 0
-        return not with_errors
+def _side(label: str, path: str, threads: int) -> SideProcesses:
+    """``label``'s caller and callee processes (started)."""
+    argv = [sys.executable, __file__, "--side", label, "--port", str(free_port()), "--path", path]
+    env = {"OMP_NUM_THREADS": str(threads)} if threads else {}
+    return SideProcesses(label, [*argv, "--role", "caller"], [*argv, "--role", "callee"], env)
 
 
-def _measure(sides: dict[str, _Side], rounds: int, warmup: int, number: int) -> Any:
+def _run(side: SideProcesses, steps: int) -> dict[str, Any]:
+    found: dict[str, Any] = side.ask(f"run {steps}", f"run {steps} steps")
+    if found["error"] > TOLERANCE:
+        raise BenchmarkError(f"{side.label}'s gradient of x is off by up to {found['error']:g}")
+    return found
+
+
+def _measure(sides: dict[str, SideProcesses], rounds: int, warmup: int, number: int) -> Any:
     times: dict[str, dict[str, list[float]]] = {k: {f: [] for f in (*FIGURES, "caller_cpu")} for k in "ab"}
     for i, pair in enumerate(alternate(warmup + rounds)):
         for key in pair:
-            found = sides[key].run(number)
+            found = _run(sides[key], number)
             if i >= warmup:
                 for figure in times[key]:
                     times[key][figure] += found["times"][figure]
@@ -297,13 +231,13 @@ def main(argv: list[str] | None = None) -> int:
     rounds, warmup, number = (SMOKE_ROUNDS, SMOKE_WARMUP, 2) if args.smoke else (args.rounds, args.warmup, args.number)
     if rounds < 1 or warmup < 0 or number < 1 or args.threads < 0:
         parser.error("--rounds and --number must be at least 1, --warmup and --threads at least 0")
-    sides = {key: _Side(label, args.path, args.threads) for key, label in zip("ab", LABELS, strict=True)}
+    sides = {key: _side(label, args.path, args.threads) for key, label in zip("ab", LABELS, strict=True)}
     clean = False
     try:
         for side in sides.values():
             said = side.read("start")
             if said != "ready alone":
-                raise BenchmarkError(f"{side.side}'s caller did not start alone: {said!r}")
+                raise BenchmarkError(f"{side.label}'s caller did not start alone: {said!r}")
         threads = f"OMP_NUM_THREADS={args.threads}" if args.threads else "torch's default threads (one per CPU)"
         settings = (
             f"{rounds} rounds of {number} steps per side after {warmup} warm-up, alternating, order flipped; "

@@ -33,4 +33,5 @@ def test_smoke_run_of_every_case() -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
     for case in ("rpc small", "rpc 1mb", "rpc remote"):
         assert case in proc.stdout
+    assert "each side in its own caller and callee processes" in proc.stdout
     assert parse_ratio_line(proc.stdout)[:2] == ("rallypoint", "torch")
