@@ -109,6 +109,42 @@ def test_an_rref_collected_while_its_thread_sends_gives_its_credit_back_without_
         assert len(agents[0].held) == 0
 
 
+def test_rrefs_dropped_together_give_their_credits_back_in_one_message() -> None:
+    """Each collected RRef used to send a decref message of its own (and wait for its reply):
+    a loop of ``remote(...).to_here()`` paid for a third message per iteration."""
+    with g.rpc_group(2) as agents, use_agent(agents[0]):
+        owner = agents[1]
+        received: list[dict[str, object]] = []
+        decref = owner._ops["decref"]  # type: ignore[attr-defined]
+
+        def counting(tree: dict[str, object], bufs: list[object]) -> object:
+            received.append(tree)
+            return decref(tree, bufs)
+
+        owner._ops["decref"] = counting  # type: ignore[attr-defined]
+        refs = [rpc.remote("w1", g.Counter, args=(i,)) for i in range(20)]
+        assert [r.to_here().value for r in refs] == list(range(20))
+        assert len(owner.owned) == 20
+        refs.clear()  # all collected at once
+        assert agents[0].flush_collected(10)
+        _wait_for(lambda: len(owner.owned) == 0, "the owner to drop the values")
+        assert len(received) < 5, received  # one message for the batch (20 before)
+        assert sum(len(tree["refs"]) for tree in received) == 20  # type: ignore[arg-type]
+
+
+def test_a_malformed_batch_of_decrefs_changes_nothing() -> None:
+    with g.rpc_group(2) as agents, use_agent(agents[0]):
+        rref = rpc.remote("w1", g.Counter, args=(1,))
+        assert rref.rpc_sync().get() == 1
+        owner = agents[1]
+        (kept,) = owner.owned.ids()
+        for refs in ({kept: 1, "other": -1}, {kept: True}, [kept]):
+            with pytest.raises(rpc.RpcError, match="malformed reference count"):
+                owner._op_decref({"op": "decref", "refs": refs}, [])  # type: ignore[attr-defined]
+        assert owner.owned.ids() == [kept]  # nothing given back: the value is still there
+        assert rref.rpc_sync().get() == 1
+
+
 def test_a_value_shared_with_rref_is_freed_after_the_last_user() -> None:
     with g.rpc_group(3) as agents, use_agent(agents[0]):
         shared = rpc.RRef(torch.arange(4.0))

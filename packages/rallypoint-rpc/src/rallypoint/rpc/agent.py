@@ -34,6 +34,10 @@ __all__ = ["CURRENT_AGENT", "RpcAgent", "WorkerInfo"]
 #: The agent running the call in progress in this thread (set by :meth:`RpcAgent.handle`).
 CURRENT_AGENT: contextvars.ContextVar[RpcAgent | None] = contextvars.ContextVar("rallypoint_rpc_agent", default=None)
 _VERSION = 1
+#: Seconds the agent's thread gathers collected RRefs before it gives their credits back (one
+#: message per owner for all of them).
+GIVE_BACK_GATHER = 0.005
+_MAX_DECREFS = 1 << 20  # RRefs given back in one message, at most
 log = logging.getLogger("rallypoint.rpc")
 
 
@@ -89,6 +93,7 @@ class RpcAgent:
         self._closed = False
         #: RRef ids whose local objects were collected, for the thread that gives their credits back.
         self._collected: queue.SimpleQueue[str | threading.Event | None] = queue.SimpleQueue()
+        self._gathering = threading.local()  # .refs: the credits the collected thread is gathering
         threading.Thread(target=self._give_back_collected, name=f"rpc-{info.name}-collected", daemon=True).start()
         self._ops: dict[str, Callable[[dict[str, Any], list[Any]], Any]] = {
             "call": self._op_call,
@@ -319,27 +324,55 @@ class RpcAgent:
         return done.wait(timeout)
 
     def _give_back_collected(self) -> None:
+        """The agent's thread that gives back the credits of collected RRefs.
+
+        It gathers what is collected within :data:`GIVE_BACK_GATHER` seconds of the first and
+        gives the credits back with one message per owner: a loop that makes and drops RRefs
+        (``remote(...).to_here()``) sends one message for several of them, not one each.
+        """
         while True:
-            item = self._collected.get()
-            if item is None:
-                return
-            if isinstance(item, threading.Event):
-                item.set()
-                continue
+            batch = [self._collected.get()]
+            deadline = time.monotonic() + GIVE_BACK_GATHER
+            while isinstance(batch[-1], str) and (left := deadline - time.monotonic()) > 0:
+                try:
+                    batch.append(self._collected.get(timeout=left))
+                except queue.Empty:
+                    break
+            gathered: dict[str, dict[str, int]] = {}
+            self._gathering.refs = gathered
             try:
-                self.held.release(item)
-            except Exception as exc:  # noqa: BLE001 - this thread must go on; the owner frees it at shutdown anyway
-                log.debug("%s: giving back the credits of RRef %s failed: %s", self.info.name, item, exc)
+                for item in batch:
+                    if isinstance(item, str):
+                        try:
+                            self.held.release(item)
+                        except Exception as exc:  # noqa: BLE001 - this thread must go on; the owner frees it at shutdown
+                            log.debug("%s: giving back the credits of RRef %s failed: %s", self.info.name, item, exc)
+            finally:
+                self._gathering.refs = None
+            for owner, refs in gathered.items():
+                self._send_decref(owner, {"op": "decref", "refs": refs}, f"{len(refs)} RRef(s) (decref)")
+            for item in batch:
+                if isinstance(item, threading.Event):
+                    item.set()
+            if None in batch:
+                return
 
     def _give_back(self, owner: str, rref_id: str, credits: int) -> None:
         if owner == self.info.name:
             self.owned.decref(rref_id, credits)
             return
+        gathered: dict[str, dict[str, int]] | None = getattr(self._gathering, "refs", None)
+        if gathered is not None:  # the collected thread: sent with the others of its batch
+            refs = gathered.setdefault(owner, {})
+            refs[rref_id] = refs.get(rref_id, 0) + credits
+            return
+        self._send_decref(owner, {"op": "decref", "rref": rref_id, "n": credits}, f"RRef {rref_id} (decref)")
+
+    def _send_decref(self, owner: str, header: dict[str, Any], what: str) -> None:
         if self._closed or owner not in self.peers:
             return
-        header = {"op": "decref", "rref": rref_id, "n": credits}
         with contextlib.suppress(RpcError):  # shut down meanwhile: the owner frees everything at its shutdown
-            self.send(self.peers[owner], header, {}, None, f"RRef {rref_id} (decref)")
+            self.send(self.peers[owner], header, {}, None, what)
 
     # -------------------------------------------------------------- serving
     def handle(self, frame: Any) -> list[Any]:
@@ -440,7 +473,15 @@ class RpcAgent:
         self.owned.incref(str(tree.get("rref")), _count(tree))
 
     def _op_decref(self, tree: dict[str, Any], bufs: list[Any]) -> None:
-        self.owned.decref(str(tree.get("rref")), _count(tree))
+        refs = tree.get("refs")
+        if refs is None:
+            self.owned.decref(str(tree.get("rref")), _count(tree))
+            return
+        if not isinstance(refs, dict) or len(refs) > _MAX_DECREFS:
+            raise SerializationError("malformed reference counts")
+        counted = [(str(rref_id), _count({"n": n})) for rref_id, n in refs.items()]  # all checked first
+        for rref_id, n in counted:
+            self.owned.decref(rref_id, n)
 
     # ------------------------------------------------------------- shutdown
     def close(self) -> None:
