@@ -20,7 +20,7 @@ Two variants (--path), both sides on the same kind of link:
 
 Both sides use the safe defaults of their own: rallypoint the safe serializer with the job token
 checked on every call; torch pickles (it has no other mode). Which link rallypoint used is checked
-after the warm-up and printed. The function is echo, so a round trip carries the tensor both
+after each case and printed. The function is echo, so a round trip carries the tensor both
 ways; every result is compared with what was sent.
 
 Each round runs --number calls of one side, then --number of the other (the order flips every
