@@ -9,6 +9,7 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -75,3 +76,20 @@ def start_server() -> Iterator[type[ServerProcess]]:
 def server(start_server: type[ServerProcess]) -> ServerProcess:
     """One plain server (no token, no TLS)."""
     return start_server()
+
+
+@pytest.fixture
+def serve() -> Iterator[Any]:
+    """A factory of in-process rendezvous servers (``RendezvousServer``), every one stopped at the end."""
+    from rallypoint_grpc.server import RendezvousServer, ServerConfig
+
+    servers: list[RendezvousServer] = []
+
+    def start(**kwargs: Any) -> RendezvousServer:
+        server = RendezvousServer(ServerConfig(**kwargs)).start()
+        servers.append(server)
+        return server
+
+    yield start
+    for server in servers:
+        server.stop()

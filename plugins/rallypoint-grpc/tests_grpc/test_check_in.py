@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -12,34 +10,10 @@ import pytest
 
 from rallypoint.rendezvous.backend import SupportsCheckIn, check_in
 from rallypoint_grpc.backend import GrpcBackend
-from rallypoint_grpc.server import RendezvousServer, RendezvousService, ServerConfig
+from rallypoint_grpc.server import RendezvousService
 from rallypoint_grpc.store import Limits, Store, StoreError
 
-
-class CountingBackend(GrpcBackend):
-    """The real client, counting its calls by method."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.calls: Counter[str] = Counter()
-
-    def _invoke(self, op: str, request: Any) -> Any:
-        self.calls[op] += 1
-        return super()._invoke(op, request)
-
-
-@pytest.fixture
-def serve() -> Iterator[Any]:
-    servers: list[RendezvousServer] = []
-
-    def start(**kwargs: Any) -> RendezvousServer:
-        server = RendezvousServer(ServerConfig(**kwargs)).start()
-        servers.append(server)
-        return server
-
-    yield start
-    for server in servers:
-        server.stop()
+from .recording import RecordingBackend
 
 
 def test_the_store_checks_in_once_and_logs_it(tmp_path: Path) -> None:
@@ -104,7 +78,7 @@ def test_a_check_in_over_the_limits_writes_nothing(tmp_path: Path) -> None:
 
 def test_a_check_in_is_one_call(serve: Any) -> None:
     server = serve()
-    backend = CountingBackend(server.address, "run-one")
+    backend = RecordingBackend(server.address, "run-one")
     assert isinstance(backend, SupportsCheckIn)
     backend.set("round/header", {"round": 0})
     first = check_in(backend, "round/", "round/count", unless="round/closed", claim=("job", {"fp": "a"}))
@@ -115,7 +89,7 @@ def test_a_check_in_is_one_call(serve: Any) -> None:
     assert second.claimed is not None
     assert second.claimed.value == {"fp": "a"}
     assert other.claimed == second.claimed
-    assert dict(backend.calls) == {"Set": 1, "CheckIn": 3}
+    assert backend.counts() == {"Set": 1, "CheckIn": 3}
 
 
 def test_an_older_server_gets_the_steps(serve: Any, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -124,12 +98,12 @@ def test_an_older_server_gets_the_steps(serve: Any, monkeypatch: pytest.MonkeyPa
 
     monkeypatch.setattr(RendezvousService, "CheckIn", unimplemented)
     server = serve()
-    backend = CountingBackend(server.address, "run-old")
+    backend = RecordingBackend(server.address, "run-old")
     first = check_in(backend, "round/", "round/count", unless="round/closed", claim=("job", {"fp": "a"}))
     second = check_in(backend, "round/", "round/count", unless="round/closed", claim=("job", {"fp": "a"}))
     assert (first.count, second.count) == (1, 2)
     # asked once, then never again: the listing (the marker is under its prefix), the claim, the add
-    assert dict(backend.calls) == {"CheckIn": 1, "List": 2, "CompareAndSet": 2, "Add": 2}
+    assert backend.counts() == {"CheckIn": 1, "List": 2, "CompareAndSet": 2, "Add": 2}
 
 
 def test_the_stub_is_made_once_per_channel(serve: Any, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -11,35 +9,10 @@ import grpc
 import pytest
 
 from rallypoint.rendezvous.backend import create_and_add
-from rallypoint_grpc.backend import GrpcBackend
-from rallypoint_grpc.server import RendezvousServer, RendezvousService, ServerConfig
+from rallypoint_grpc.server import RendezvousService
 from rallypoint_grpc.store import Limits, Store, StoreError
 
-
-class CountingBackend(GrpcBackend):
-    """The real client, counting its calls by method."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.calls: Counter[str] = Counter()
-
-    def _invoke(self, op: str, request: Any) -> Any:
-        self.calls[op] += 1
-        return super()._invoke(op, request)
-
-
-@pytest.fixture
-def serve() -> Iterator[Any]:
-    servers: list[RendezvousServer] = []
-
-    def start(**kwargs: Any) -> RendezvousServer:
-        server = RendezvousServer(ServerConfig(**kwargs)).start()
-        servers.append(server)
-        return server
-
-    yield start
-    for server in servers:
-        server.stop()
+from .recording import RecordingBackend
 
 
 def test_the_store_creates_and_counts_once(tmp_path: Path) -> None:
@@ -75,10 +48,10 @@ def test_a_join_over_the_limits_writes_nothing() -> None:
 
 def test_a_join_is_one_call(serve: Any) -> None:
     server = serve()
-    backend = CountingBackend(server.address, "run-one")
+    backend = RecordingBackend(server.address, "run-one")
     assert create_and_add(backend, "join/0/a", {"n": "a"}, "count/0") == (True, None, 1)
     assert create_and_add(backend, "join/0/b", {"n": "b"}, "count/0") == (True, None, 2)
-    assert dict(backend.calls) == {"CreateAndAdd": 2}
+    assert backend.counts() == {"CreateAndAdd": 2}
 
 
 def test_an_older_server_gets_two_calls(serve: Any, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -87,7 +60,7 @@ def test_an_older_server_gets_two_calls(serve: Any, monkeypatch: pytest.MonkeyPa
 
     monkeypatch.setattr(RendezvousService, "CreateAndAdd", unimplemented)
     server = serve()
-    backend = CountingBackend(server.address, "run-old")
+    backend = RecordingBackend(server.address, "run-old")
     assert create_and_add(backend, "join/0/a", {"n": "a"}, "count/0") == (True, None, 1)
     assert create_and_add(backend, "join/0/b", {"n": "b"}, "count/0") == (True, None, 2)
     created, there, _ = create_and_add(backend, "join/0/a", {"n": "x"}, "count/0")
@@ -95,4 +68,4 @@ def test_an_older_server_gets_two_calls(serve: Any, monkeypatch: pytest.MonkeyPa
     assert there is not None
     assert there.value == {"n": "a"}
     # asked once, then never again
-    assert dict(backend.calls) == {"CreateAndAdd": 1, "CompareAndSet": 3, "Add": 2}
+    assert backend.counts() == {"CreateAndAdd": 1, "CompareAndSet": 3, "Add": 2}

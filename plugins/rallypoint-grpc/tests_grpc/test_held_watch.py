@@ -25,21 +25,7 @@ from rallypoint_grpc._proto import rendezvous_pb2 as pb
 from rallypoint_grpc.backend import GrpcBackend
 from rallypoint_grpc.server import RendezvousServer, RendezvousService, ServerConfig
 
-
-class RecordingBackend(GrpcBackend):
-    """The real client, recording the methods it calls, in order."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.calls: list[str] = []
-
-    def _invoke(self, op: str, request: Any) -> Any:
-        self.calls.append(op)
-        return super()._invoke(op, request)
-
-    def _watch(self, make: Any, timeout: float) -> Any:
-        self.calls.append("Watch")
-        return super()._watch(make, timeout)
+from .recording import RecordingBackend
 
 
 @pytest.fixture
