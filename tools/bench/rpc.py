@@ -61,7 +61,7 @@ from tools.bench.harness import (
     format_ratio,
     schedule,
 )
-from tools.bench.sides import SideProcesses, alone, free_port
+from tools.bench.sides import SideProcesses, alone, free_port, join_group
 
 CASES = ("small", "1mb", "remote")
 LABELS = ("rallypoint", "torch")
@@ -70,33 +70,6 @@ LABELS = ("rallypoint", "torch")
 def echo(t: Any) -> Any:
     """The remote function of every case: return the argument."""
     return t
-
-
-def _join(side: str, rank: int, port: int, path: str) -> Any:
-    """Join this side's two-process RPC group; returns the module to call and shut it down with."""
-    if side == "torch":
-        import warnings
-
-        import torch.distributed.rpc as trpc
-
-        warnings.filterwarnings("ignore", category=UserWarning, module="torch")  # its RPC's deprecation notes
-        links = {"tcp": (["uv"], ["basic"]), "shm": (["shm"], ["cma", "basic"])}[path]
-        opts = trpc.TensorPipeRpcBackendOptions(
-            init_method=f"tcp://127.0.0.1:{port}", rpc_timeout=120, _transports=links[0], _channels=links[1]
-        )
-        trpc.init_rpc(f"w{rank}", rank=rank, world_size=2, rpc_backend_options=opts)  # type: ignore[no-untyped-call]
-        return trpc
-    from rallypoint import rpc
-
-    rpc.expose(echo)
-    rp_opts = rpc.RpcOptions(
-        init_method=f"tcp://127.0.0.1:{port}",
-        rpc_timeout=120,
-        host="127.0.0.1",
-        transport_options={"same_host_shm": path == "shm"},
-    )
-    rpc.init_rpc(f"w{rank}", rank=rank, world_size=2, options=rp_opts)
-    return rpc
 
 
 def _call(case: str, api: Any) -> Callable[[], None]:
@@ -134,7 +107,7 @@ def _rallypoint_link() -> str:
 
 def _caller(side: str, port: int, path: str) -> int:
     """Make calls when the parent asks (``run CASE K`` on stdin), answer each batch with one JSON line."""
-    api = _join(side, 0, port, path)
+    api = join_group(side, 0, port, path, echo)
     print("ready alone" if alone(side) else "ready, but the other side's RPC runs here too", flush=True)
     calls: dict[str, Callable[[], None]] = {}
     clock = time.perf_counter_ns
@@ -156,7 +129,7 @@ def _caller(side: str, port: int, path: str) -> int:
 
 
 def _callee(side: str, port: int, path: str) -> int:
-    _join(side, 1, port, path).shutdown()
+    join_group(side, 1, port, path, echo).shutdown()
     return 0
 
 

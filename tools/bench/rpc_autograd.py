@@ -56,7 +56,7 @@ if __package__ in (None, ""):  # run as a script: make `tools.bench` importable
 
 from tools.bench.harness import SMOKE_ROUNDS, SMOKE_WARMUP, BenchmarkError, bench_parser, format_duration, format_ratio
 from tools.bench.harness import schedule as alternate
-from tools.bench.sides import SideProcesses, alone, free_port
+from tools.bench.sides import SideProcesses, alone, free_port, join_group
 
 LABELS = ("rallypoint", "torch")
 FIGURES = ("backward", "step")
@@ -81,38 +81,11 @@ def make_layer() -> Any:
 # The four processes: a caller and a callee per side, each side's RPC only
 
 
-def _join(side: str, rank: int, port: int, path: str) -> Any:
-    """Join this side's two-process RPC group; returns the module to shut it down with."""
-    if side == "torch":
-        import warnings
-
-        import torch.distributed.rpc as trpc
-
-        warnings.filterwarnings("ignore", category=UserWarning, module="torch")  # its RPC's deprecation notes
-        links = {"tcp": (["uv"], ["basic"]), "shm": (["shm"], ["cma", "basic"])}[path]
-        opts = trpc.TensorPipeRpcBackendOptions(
-            init_method=f"tcp://127.0.0.1:{port}", rpc_timeout=120, _transports=links[0], _channels=links[1]
-        )
-        trpc.init_rpc(f"w{rank}", rank=rank, world_size=2, rpc_backend_options=opts)  # type: ignore[no-untyped-call]
-        return trpc
-    from rallypoint import rpc
-
-    rpc.expose(make_layer)
-    rp_opts = rpc.RpcOptions(
-        init_method=f"tcp://127.0.0.1:{port}",
-        rpc_timeout=120,
-        host="127.0.0.1",
-        transport_options={"same_host_shm": path == "shm"},
-    )
-    rpc.init_rpc(f"w{rank}", rank=rank, world_size=2, options=rp_opts)
-    return rpc
-
-
 def _caller(side: str, port: int, path: str) -> int:
     """Run steps when the parent asks (``run K`` on stdin), answer each batch with one JSON line."""
     import torch
 
-    api = _join(side, 0, port, path)
+    api = join_group(side, 0, port, path, make_layer)
     if side == "torch":
         import torch.distributed.autograd as autograd
     else:
@@ -146,7 +119,7 @@ def _caller(side: str, port: int, path: str) -> int:
 
 
 def _callee(side: str, port: int, path: str) -> int:
-    api = _join(side, 1, port, path)
+    api = join_group(side, 1, port, path, make_layer)
     api.shutdown()
     return 0
 

@@ -20,12 +20,12 @@ import select
 import socket
 import subprocess
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from tools.bench.harness import BenchmarkError
 
-__all__ = ["REPLY_LIMIT", "SideProcesses", "alone", "free_port"]
+__all__ = ["REPLY_LIMIT", "SideProcesses", "alone", "free_port", "join_group"]
 
 #: Seconds a caller may take to start, or to answer one command.
 REPLY_LIMIT = 300.0
@@ -109,3 +109,36 @@ def alone(side: str) -> bool:
     from torch.distributed.rpc import api as torch_rpc_api
 
     return not torch_rpc_api._is_current_rpc_agent_set()
+
+
+def join_group(side: str, rank: int, port: int, path: str, exposed: Callable[..., Any]) -> Any:
+    """Join ``side``'s two-process RPC group as ``w<rank>`` (its store on 127.0.0.1:``port``).
+
+    ``path``: ``"tcp"`` (TensorPipe's uv transport; rallypoint's same-host path off) or ``"shm"``
+    (TensorPipe's shm transport with cma; rallypoint's default same-host path). ``exposed``: the
+    function the callee runs (rallypoint exposes it). Returns the RPC module to call and shut down
+    with. Imports torch: for the callers and callees only.
+    """
+    if side == "torch":
+        import warnings
+
+        import torch.distributed.rpc as trpc
+
+        warnings.filterwarnings("ignore", category=UserWarning, module="torch")  # its RPC's deprecation notes
+        links = {"tcp": (["uv"], ["basic"]), "shm": (["shm"], ["cma", "basic"])}[path]
+        opts = trpc.TensorPipeRpcBackendOptions(
+            init_method=f"tcp://127.0.0.1:{port}", rpc_timeout=120, _transports=links[0], _channels=links[1]
+        )
+        trpc.init_rpc(f"w{rank}", rank=rank, world_size=2, rpc_backend_options=opts)  # type: ignore[no-untyped-call]
+        return trpc
+    from rallypoint import rpc
+
+    rpc.expose(exposed)
+    rp_opts = rpc.RpcOptions(
+        init_method=f"tcp://127.0.0.1:{port}",
+        rpc_timeout=120,
+        host="127.0.0.1",
+        transport_options={"same_host_shm": path == "shm"},
+    )
+    rpc.init_rpc(f"w{rank}", rank=rank, world_size=2, options=rp_opts)
+    return rpc
