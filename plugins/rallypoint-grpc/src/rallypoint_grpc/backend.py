@@ -67,10 +67,15 @@ def _dump(value: JSONValue) -> str:
         raise TypeError(f"rendezvous values must be JSON values, got {type(value).__name__}: {exc}") from exc
 
 
-def _entry(reply: Any) -> Entry | None:
-    if not reply.HasField("entry"):
+def _entry(reply: Any, field: str = "entry") -> Entry | None:
+    if not reply.HasField(field):
         return None
-    return Entry(json.loads(reply.entry.value), reply.entry.version)
+    found = getattr(reply, field)
+    return Entry(json.loads(found.value), found.version)
+
+
+def _entries(found: Any) -> dict[str, Entry]:
+    return {k: Entry(json.loads(e.value), e.version) for k, e in found.items()}
 
 
 class GrpcBackend:
@@ -255,9 +260,8 @@ class GrpcBackend:
                 raise self._error("CheckIn", exc) from None
             self._step_check_ins = True
             return check_in_in_steps(self, prefix, counter, unless=unless, claim=claim)
-        entries = {k: Entry(json.loads(e.value), e.version) for k, e in reply.entries.items()}
-        claimed = Entry(json.loads(reply.claimed.value), reply.claimed.version) if reply.HasField("claimed") else None
-        return CheckIn(entries, int(reply.count) if reply.HasField("count") else None, claimed)
+        count = int(reply.count) if reply.HasField("count") else None
+        return CheckIn(_entries(reply.entries), count, _entry(reply, "claimed"))
 
     def delete(self, key: str, *, version: Version | None = None) -> bool:
         """See :meth:`RendezvousBackend.delete`."""
@@ -267,7 +271,7 @@ class GrpcBackend:
     def list(self, prefix: str) -> dict[str, Entry]:
         """See :meth:`RendezvousBackend.list`."""
         reply = self._call("List", pb.ListRequest(space=self.run_id, prefix=check_key(prefix, prefix=True)))
-        return {k: Entry(json.loads(e.value), e.version) for k, e in reply.entries.items()}
+        return _entries(reply.entries)
 
     def _watch(self, make: Callable[[float], Any], timeout: float) -> Any:
         """Hold a watch stream until it reports a change (its event) or ``timeout`` passes (``None``).

@@ -51,6 +51,10 @@ def _entry(pair: tuple[str, int] | None) -> pb.Entry | None:
     return None if pair is None else pb.Entry(value=pair[0], version=pair[1])
 
 
+def _entries(found: dict[str, tuple[str, int]]) -> dict[str, pb.Entry]:
+    return {k: pb.Entry(value=t, version=v) for k, (t, v) in found.items()}
+
+
 class RendezvousService(pb_grpc.RendezvousServicer):
     """The ``rallypoint.rendezvous.v1.Rendezvous`` service over a :class:`Store`."""
 
@@ -118,7 +122,7 @@ class RendezvousService(pb_grpc.RendezvousServicer):
             ),
         )
         return pb.CheckInReply(
-            entries={k: pb.Entry(value=t, version=v) for k, (t, v) in found.items()},
+            entries=_entries(found),
             count=count,
             claimed=_entry(claimed),
         )
@@ -134,7 +138,7 @@ class RendezvousService(pb_grpc.RendezvousServicer):
     async def List(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         """See the .proto file."""
         found = await self._run(context, lambda: self.store.list(request.space, request.prefix))
-        return pb.ListReply(entries={k: pb.Entry(value=t, version=v) for k, (t, v) in found.items()})
+        return pb.ListReply(entries=_entries(found))
 
     async def Watch(self, request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
         """Hold the stream until the watched key (or prefix) changes or the timeout passes."""
