@@ -85,6 +85,18 @@ def test_views_scalars_empty_and_grad_flags() -> None:
         assert out.requires_grad == t.requires_grad
 
 
+@pytest.mark.parametrize("broadcasts", [False, True])
+def test_lazily_conjugated_and_negated_views_travel_as_their_values(broadcasts: bool) -> None:
+    z = torch.tensor([1 + 2j, 3 - 4j, -5j])
+    for t in (z.conj(), z.conj().imag, z.conj()[:1].expand(3)):  # conj and neg bits: memory != value
+        assert t.is_conj() or t.is_neg()
+        enc = Encoder(broadcasts=broadcasts)
+        out = _decode(enc, enc.add(t))
+        assert not out.is_conj()
+        assert not out.is_neg()
+        assert torch.equal(out, t.resolve_conj().resolve_neg())
+
+
 def _decode(enc: Encoder, tree: Any) -> Any:
     header, buffers = unpack(pack(dumps_tree(tree), enc.out.buffers))
     return Decoder(Exposure(), "w1").decode(loads_tree(header), buffers)

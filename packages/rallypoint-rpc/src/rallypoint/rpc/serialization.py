@@ -111,8 +111,8 @@ class Encoder:
         )
 
     def _enc_tensor(self, t: Any) -> Any:
-        import torch
-
+        # Few torch calls, each cheap: this runs right after the compute it sends (a backward
+        # pass's gradient), when the CPU's caches hold that compute's data, not the interpreter's.
         requires_grad = bool(t.requires_grad)
         tag = None
         if requires_grad:
@@ -123,41 +123,78 @@ class Encoder:
                 from rallypoint.rpc.autograd import record_sent
 
                 tag = record_sent(active, t)
-        if t.device.type != "cpu":
+            t = t.detach()
+        if not t.is_cpu:
             t = t.cpu()
-        t = t.detach()
-        dtype = str(t.dtype).removeprefix("torch.")
+        dtype = _dtype_name(t.dtype)
         if dtype not in TENSOR_DTYPES:
             raise SerializationError(f"tensors of dtype {dtype} cannot travel; supported: {', '.join(TENSOR_DTYPES)}")
-        span = _broadcast_span(t) if self.broadcasts else None
+        if t.is_conj() or t.is_neg():  # lazily conjugated or negated views: their memory is not their value
+            t = t.resolve_conj().resolve_neg()
+        shape, strides, numel = t.shape, t.stride(), t.numel()
+        span = _broadcast_span(shape, strides, numel) if self.broadcasts else None
         if span is not None:  # only the memory the view spans travels (e.g. 1 element of an expanded scalar)
             flat = t.as_strided((span,), (1,))
+        elif not t.is_contiguous():
+            flat = t = t.contiguous()
+            strides = t.stride()
         else:
-            t = t.contiguous()
-            flat = t.reshape(-1)
-        raw = flat.view(torch.uint8).numpy() if t.numel() else b""
+            flat = t
         out = {
             "$": "tensor",
             "dtype": dtype,
-            "shape": list(t.shape),
-            "strides": list(t.stride()),
+            "shape": list(shape),
+            "strides": list(strides),
             "requires_grad": requires_grad,
-            "b": self._buffer(memoryview(raw) if t.numel() else b""),
+            "b": self._buffer(_raw_bytes(flat) if numel else b""),
         }
         if tag is not None:
             out["ad"] = tag
         return out
 
 
-def _broadcast_span(t: Any) -> int | None:
+_DTYPE_NAMES: dict[Any, str] = {}
+_DTYPES: dict[str, tuple[Any, int]] = {}
+
+
+def _dtype_name(dtype: Any) -> str:
+    """``dtype``'s name without ``torch.`` (cached: a dict lookup on the hot path)."""
+    name = _DTYPE_NAMES.get(dtype)
+    if name is None:
+        name = _DTYPE_NAMES[dtype] = str(dtype).removeprefix("torch.")
+    return name
+
+
+def _dtype(name: str) -> tuple[Any, int]:
+    """The torch dtype named ``name`` (one of :data:`TENSOR_DTYPES`) and its item size, cached."""
+    found = _DTYPES.get(name)
+    if found is None:
+        import torch
+
+        dtype = getattr(torch, name)
+        found = _DTYPES[name] = (dtype, torch.empty((), dtype=dtype).element_size())
+    return found
+
+
+def _raw_bytes(flat: Any) -> memoryview:
+    """The bytes of a contiguous (or 1-d span) tensor, without a copy."""
+    try:
+        array = flat.numpy()  # no copy; refused for dtypes numpy lacks (bfloat16)
+    except TypeError:
+        import torch
+
+        array = flat.reshape(-1).view(torch.uint8).numpy()
+    return memoryview(array.reshape(-1)).cast("B")
+
+
+def _broadcast_span(shape: Any, strides: Any, numel: int) -> int | None:
     """The elements a view spans when some of them share memory (a stride-0 dimension), else ``None``."""
-    shape, strides = t.shape, t.stride()
-    if not t.numel() or not any(s == 0 and n > 1 for n, s in zip(shape, strides, strict=True)):
+    if not numel or not any(s == 0 and n > 1 for n, s in zip(shape, strides, strict=True)):
         return None
     if any(s < 0 for s in strides):
         return None
     span = 1 + sum((n - 1) * s for n, s in zip(shape, strides, strict=True))
-    return span if span < t.numel() else None
+    return span if span < numel else None
 
 
 class Decoder:
@@ -297,8 +334,7 @@ def _tensor(v: dict[str, Any], bufs: list[Any]) -> Any:
         or len(shape) != len(strides)
     ):
         raise SerializationError("malformed tensor received (dtype, shape or strides)")
-    torch_dtype = getattr(torch, dtype)
-    itemsize = torch.empty((), dtype=torch_dtype).element_size()
+    torch_dtype, itemsize = _dtype(dtype)
     data = _buf(bufs, v)
     if any(s == 0 for s in shape):
         return torch.empty(shape, dtype=torch_dtype)
@@ -307,9 +343,7 @@ def _tensor(v: dict[str, Any], bufs: list[Any]) -> Any:
         raise SerializationError(f"tensor buffer of {len(data)} bytes is too small for shape {shape}")
     # in place when the frame's memory is ours to keep (a shared-memory frame), else one copy
     owned = data if isinstance(data, memoryview) and not data.readonly else bytearray(data)
-    flat = torch.frombuffer(owned, dtype=torch.uint8).view(torch_dtype)
-    out = flat.as_strided(shape, strides)
-    return out
+    return torch.frombuffer(owned, dtype=torch_dtype).as_strided(shape, strides)
 
 
 def _ints(value: Any) -> bool:
