@@ -6,7 +6,7 @@ import contextlib
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 import torch
@@ -418,3 +418,42 @@ def test_a_pass_that_branches_out_sends_every_gradient_on_its_own(group: list[Rp
         # from w1 to w0 in w1's reply
         assert counts == {"w0": 1, "w1": 1, "w2": 1}
         torch.testing.assert_close(got, torch.full((2, 2), 5.0))
+
+
+class _SeesItsGradient(torch.autograd.Function):
+    """Identity whose backward notes the strides of the gradient it is given."""
+
+    strides: ClassVar[list[tuple[int, ...]]] = []
+
+    @staticmethod
+    def forward(fctx: Any, x: torch.Tensor) -> torch.Tensor:
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(fctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        _SeesItsGradient.strides.append(tuple(grad.stride()))
+        return grad
+
+
+@rpc.expose
+def sees_its_gradient(x: torch.Tensor) -> torch.Tensor:
+    return _SeesItsGradient.apply(x)  # type: ignore[no-untyped-call,no-any-return]
+
+
+def test_a_gradient_that_travelled_as_a_broadcast_view_is_laid_out_in_full_on_arrival(
+    group: list[RpcAgent],
+) -> None:
+    """The gradient of a sum travels as one element; the receiving pass gets ordinary memory.
+
+    A matrix product cannot read a view whose elements share memory: it would copy it at every
+    product of the pass (tools/bench/rpc_autograd.py: one remote nn.Linear).
+    """
+    _SeesItsGradient.strides.clear()
+    with use_agent(group[0]):
+        x = torch.randn(4, 8, requires_grad=True)
+        with dist_autograd.context() as ctx_id:
+            out = rpc.rpc_sync("w1", sees_its_gradient, args=(x,))
+            dist_autograd.backward(ctx_id, [out.sum()])
+            grad = dist_autograd.get_gradients(ctx_id)[x]
+    assert _SeesItsGradient.strides == [(8, 1)]  # not (0, 0)
+    assert torch.equal(grad, torch.ones(4, 8))

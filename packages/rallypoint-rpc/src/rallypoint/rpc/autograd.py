@@ -412,7 +412,13 @@ def _gradient_for(agent: Any, ctx_id: Any, send_id: Any, grad: Any) -> tuple[Dis
         sent = ctx.sends.get(send_id) if isinstance(send_id, int) else None
     if sent is None or not isinstance(grad, torch.Tensor) or grad.shape != sent.shape:
         raise SerializationError(f"gradient for unknown tensor {send_id!r} of context {ctx_id} on {agent.info.name}")
-    return ctx, sent, grad.to(device=sent.device, dtype=sent.dtype)
+    grad = grad.to(device=sent.device, dtype=sent.dtype)
+    if not grad.is_contiguous():
+        # It travelled as the memory it spans (a broadcast view: the gradient of a sum). Laid out in
+        # full here, once: a matrix product cannot read a view whose elements share memory and
+        # would copy it itself, at every product of the pass.
+        grad = grad.contiguous()
+    return ctx, sent, grad
 
 
 def _leaves(outputs: list[torch.Tensor]) -> list[torch.Tensor]:
