@@ -34,10 +34,15 @@ discarded. Per figure: median, p90, min and the ratio of the medians. The last l
 headline: the larger of the two median ratios. The default is 30 rounds of 10 steps (300 steps
 per side).
 
+--layer prelu puts an ``nn.PReLU(1024)`` on the callee instead: elementwise, so the same 1 MiB
+travels each way in both passes but there is almost nothing to compute, and the step is the
+messaging and the Python around it.
+
 Run from the repository root:
 
     .venv/bin/python tools/bench/rpc_autograd.py
     .venv/bin/python tools/bench/rpc_autograd.py --path shm --threads 0
+    .venv/bin/python tools/bench/rpc_autograd.py --layer prelu
     .venv/bin/python tools/bench/rpc_autograd.py --smoke
 """
 
@@ -64,11 +69,25 @@ BATCH, WIDTH = 256, 1024  # 256 x 1024 float32 = 1 MiB of activations
 TOLERANCE = 1e-4  # of every element of the gradient of x
 
 
-def make_layer() -> Any:
-    """The remote layer, the same weights on both sides (from a generator of its own, not the global one)."""
+LAYERS = ("linear", "prelu")
+_NAMES = {"linear": "nn.Linear(1024, 1024)", "prelu": "nn.PReLU(1024)"}
+
+
+def make_layer(kind: str = "linear") -> Any:
+    """The remote layer, the same weights on both sides (from a generator of its own, not the global one).
+
+    ``linear``: ``nn.Linear(1024, 1024)`` (the backward is two matrix products: ~10-15 ms on one
+    core). ``prelu``: ``nn.PReLU(1024)`` (elementwise: the same 1 MiB each way, almost no compute,
+    so the step is the messaging).
+    """
     import torch
 
     gen = torch.Generator().manual_seed(0)
+    if kind == "prelu":
+        prelu = torch.nn.PReLU(WIDTH)
+        with torch.no_grad():
+            prelu.weight.copy_(torch.rand(WIDTH, generator=gen))
+        return prelu
     bound = WIDTH**-0.5
     layer = torch.nn.Linear(WIDTH, WIDTH)
     with torch.no_grad():
@@ -77,11 +96,21 @@ def make_layer() -> Any:
     return layer
 
 
+def expected_gradient(kind: str, x: Any) -> Any:
+    """d sum(layer(x)) / dx."""
+    import torch
+
+    weight = make_layer(kind).weight.detach()
+    if kind == "prelu":
+        return torch.where(x > 0, torch.ones(()), weight.expand_as(x))
+    return torch.ones(BATCH, WIDTH) @ weight  # d sum(x W^T + b) / dx
+
+
 # ------------------------------------------------------------------------------------------------
 # The four processes: a caller and a callee per side, each side's RPC only
 
 
-def _caller(side: str, port: int, path: str) -> int:
+def _caller(side: str, port: int, path: str, kind: str) -> int:
     """Run steps when the parent asks (``run K`` on stdin), answer each batch with one JSON line."""
     import torch
 
@@ -91,8 +120,8 @@ def _caller(side: str, port: int, path: str) -> int:
     else:
         from rallypoint.rpc import autograd  # type: ignore[no-redef]
     x = torch.rand(BATCH, WIDTH, requires_grad=True)
-    layer = api.remote("w1", make_layer)
-    expected = torch.ones(BATCH, WIDTH) @ make_layer().weight.detach()  # d sum(x W^T + b) / dx
+    layer = api.remote("w1", make_layer, args=(kind,))
+    expected = expected_gradient(kind, x.detach())
     clock = time.perf_counter
     print("ready alone" if alone(side) else "ready, but the other side's RPC runs here too", flush=True)
     for line in sys.stdin:
@@ -118,15 +147,16 @@ def _caller(side: str, port: int, path: str) -> int:
     return 0
 
 
-def _callee(side: str, port: int, path: str) -> int:
+def _callee(side: str, port: int, path: str, kind: str) -> int:
+    del kind  # the caller asks for the layer
     api = join_group(side, 1, port, path, make_layer)
     api.shutdown()
     return 0
 
 
-def _side(label: str, path: str, threads: int) -> SideProcesses:
+def _side(label: str, path: str, threads: int, kind: str) -> SideProcesses:
     """``label``'s caller and callee processes (started)."""
-    argv = [sys.executable, __file__, "--side", label, "--port", str(free_port()), "--path", path]
+    argv = [sys.executable, __file__, "--side", label, "--port", str(free_port()), "--path", path, "--layer", kind]
     env = {"OMP_NUM_THREADS": str(threads)} if threads else {}
     return SideProcesses(label, [*argv, "--role", "caller"], [*argv, "--role", "callee"], env)
 
@@ -153,9 +183,9 @@ def _p90(samples: list[float]) -> float:
     return statistics.quantiles(samples, n=10, method="inclusive")[-1] if len(samples) > 1 else samples[0]
 
 
-def _report(times: Any, path: str, settings: str) -> dict[str, float]:
+def _report(times: Any, path: str, kind: str, settings: str) -> dict[str, float]:
     lines = [
-        "rpc_autograd: forward and backward through one remote nn.Linear(1024, 1024), x = 256 x 1024 float32",
+        f"rpc_autograd: forward and backward through one remote {_NAMES[kind]}, x = 256 x 1024 float32",
         "A rallypoint: rallypoint.rpc.autograd, grpc transport (safe serializer, token on every call, "
         f"same-host path {'on' if path == 'shm' else 'off'})",
         f"B torch:      torch.distributed.autograd over TensorPipe {path}",
@@ -195,16 +225,23 @@ def main(argv: list[str] | None = None) -> int:
         help="OMP_NUM_THREADS of the four processes (default 1, as rallypoint run gives workers sharing "
         "a node; 0: torch's default, one per CPU)",
     )
+    parser.add_argument(
+        "--layer",
+        choices=LAYERS,
+        default="linear",
+        help="the remote layer: linear (default, the issue's benchmark) or prelu (elementwise, the same "
+        "1 MiB each way and almost no compute: the messaging alone)",
+    )
     parser.add_argument("--role", choices=("caller", "callee"), help=argparse.SUPPRESS)
     parser.add_argument("--side", choices=LABELS, help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.role is not None:
-        return (_caller if args.role == "caller" else _callee)(args.side, args.port, args.path)
+        return (_caller if args.role == "caller" else _callee)(args.side, args.port, args.path, args.layer)
     rounds, warmup, number = (SMOKE_ROUNDS, SMOKE_WARMUP, 2) if args.smoke else (args.rounds, args.warmup, args.number)
     if rounds < 1 or warmup < 0 or number < 1 or args.threads < 0:
         parser.error("--rounds and --number must be at least 1, --warmup and --threads at least 0")
-    sides = {key: _side(label, args.path, args.threads) for key, label in zip("ab", LABELS, strict=True)}
+    sides = {key: _side(label, args.path, args.threads, args.layer) for key, label in zip("ab", LABELS, strict=True)}
     clean = False
     try:
         for side in sides.values():
@@ -217,7 +254,7 @@ def main(argv: list[str] | None = None) -> int:
             f"each side in its own caller and callee processes, {threads}"
         )
         times = _measure(sides, rounds, warmup, number)
-        ratios = _report(times, args.path, settings)
+        ratios = _report(times, args.path, args.layer, settings)
     finally:
         clean = all([side.close() for side in sides.values()])
     if args.json:
