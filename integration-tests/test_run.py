@@ -67,8 +67,9 @@ def on_term(signum, frame):
         f.write("SIGTERM")
     sys.exit(0)
 signal.signal(signal.SIGTERM, on_term)
-with open(os.path.join(out, f"pid{rank}"), "w") as f:
+with open(os.path.join(out, f"pid{rank}.tmp"), "w") as f:  # renamed once written: never seen empty
     f.write(str(os.getpid()))
+os.replace(os.path.join(out, f"pid{rank}.tmp"), os.path.join(out, f"pid{rank}"))
 time.sleep(120)
 """
 
@@ -114,8 +115,13 @@ def alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    stat = Path(f"/proc/{pid}/stat")
-    return not (stat.exists() and stat.read_text().split(")")[-1].split()[0] == "Z")
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
+    except ProcessLookupError:  # reaped while its stat was read
+        return False
+    except FileNotFoundError:  # reaped since os.kill, or no /proc here (then os.kill is all there is)
+        return not Path("/proc/self").exists()
+    return state != "Z"
 
 
 def test_a_torchrun_script_runs_unmodified_with_the_full_environment(tmp_path: Path) -> None:
