@@ -172,6 +172,37 @@ class GrpcBackend:
         except grpc.RpcError as exc:
             raise self._error(op, exc) from None
 
+    def probe(self, wait: float = 1.0) -> bool:
+        """One read and one watch that ends at once, before any round: whether the server answered.
+
+        What a process pays for its first calls (the stub, the connection's first exchanges, the
+        first unary call and the first stream: most of a millisecond of CPU here, more than the
+        calls themselves) is then paid here rather than inside the first rendezvous round, as
+        torch's TCPStore client validates its connection when it is made; and a token the server
+        refuses is reported now. A server that cannot be reached within ``wait`` seconds (not
+        started yet, as when another agent will host it) is not an error here: the rendezvous's
+        calls retry it for ``retry_timeout``.
+
+        Raises:
+            RendezvousBackendError: the server refused the token.
+        """
+        until = time.monotonic() + max(0.0, wait)
+        try:
+            probe = pb.GetRequest(space=self.run_id, key="probe")
+            self._stub.Get(probe, timeout=wait, metadata=self._metadata, wait_for_ready=True)
+            # and a watch that ends at once: a stream's first use in a process has costs of its own
+            remaining = max(0.0, until - time.monotonic())
+            for _ in self._stub.Watch(
+                pb.WatchRequest(space=self.run_id, key="probe", timeout=0.0), timeout=remaining, metadata=self._metadata
+            ):
+                pass
+        except grpc.RpcError as exc:
+            if exc.code() == grpc.StatusCode.UNAUTHENTICATED:
+                raise self._error("Get", exc) from None
+            log.debug("rendezvous server %s not probed: %s", self.endpoint, exc.code().name)
+            return False
+        return True
+
     # -- protocol -------------------------------------------------------------------------
     def get(self, key: str) -> Entry | None:
         """See :meth:`RendezvousBackend.get`."""
@@ -440,11 +471,17 @@ class _HeldWatch:
         """Nothing is open between waits."""
 
 
+#: How long a new backend waits for the server to answer its probe (:meth:`GrpcBackend.probe`).
+_PROBE_WAIT = 1.0
+
+
 def create_grpc_backend(run_id: str, options: Any) -> GrpcBackend:
     """Factory of the ``grpc`` backend record: ``(run_id, options) -> backend``.
 
     With ``serve = "auto"`` this agent hosts the server when the endpoint is its own (see
-    :func:`host_server`).
+    :func:`host_server`). The new backend probes the server (:meth:`GrpcBackend.probe`, waiting
+    a second at most), so a refused token fails here and the first round does not pay the
+    connection's set-up.
     """
     opts = options if isinstance(options, GrpcOptions) else GrpcOptions.model_validate(dict(options or {}))
     try:
@@ -453,7 +490,7 @@ def create_grpc_backend(run_id: str, options: Any) -> GrpcBackend:
         raise RendezvousBackendError(f"rendezvous.options: {exc}") from None
     if opts.serve == "auto":
         host_server(opts, token)
-    return GrpcBackend(
+    backend = GrpcBackend(
         opts.endpoint,
         run_id,
         token=token,
@@ -462,3 +499,5 @@ def create_grpc_backend(run_id: str, options: Any) -> GrpcBackend:
         retry_timeout=opts.retry_timeout,
         max_message_bytes=opts.max_message_bytes,
     )
+    backend.probe(min(_PROBE_WAIT, opts.retry_timeout))
+    return backend
