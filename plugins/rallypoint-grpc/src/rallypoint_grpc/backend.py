@@ -176,8 +176,8 @@ class GrpcBackend:
         """One read and one watch that ends at once, before any round: whether the server answered.
 
         What a process pays for its first calls (the stub, the connection's first exchanges, the
-        first unary call and the first stream: most of a millisecond of CPU here, more than the
-        calls themselves) is then paid here rather than inside the first rendezvous round, as
+        first unary call and the first stream, each dearer than the same call later) is then paid
+        here rather than inside the first rendezvous round, as
         torch's TCPStore client validates its connection when it is made; and a token the server
         refuses is reported now. A server that cannot be reached within ``wait`` seconds (not
         started yet, as when another agent will host it) is not an error here: the rendezvous's
@@ -187,18 +187,19 @@ class GrpcBackend:
             RendezvousBackendError: the server refused the token.
         """
         until = time.monotonic() + max(0.0, wait)
+        op = "Get"
         try:
-            probe = pb.GetRequest(space=self.run_id, key="probe")
-            self._stub.Get(probe, timeout=wait, metadata=self._metadata, wait_for_ready=True)
+            read = pb.GetRequest(space=self.run_id, key="probe")
+            self._stub.Get(read, timeout=max(0.0, wait), metadata=self._metadata, wait_for_ready=True)
             # and a watch that ends at once: a stream's first use in a process has costs of its own
+            op = "Watch"
+            watch = pb.WatchRequest(space=self.run_id, key="probe", timeout=0.0)
             remaining = max(0.0, until - time.monotonic())
-            for _ in self._stub.Watch(
-                pb.WatchRequest(space=self.run_id, key="probe", timeout=0.0), timeout=remaining, metadata=self._metadata
-            ):
+            for _ in self._stub.Watch(watch, timeout=remaining, metadata=self._metadata):
                 pass
         except grpc.RpcError as exc:
             if exc.code() == grpc.StatusCode.UNAUTHENTICATED:
-                raise self._error("Get", exc) from None
+                raise self._error(op, exc) from None
             log.debug("rendezvous server %s not probed: %s", self.endpoint, exc.code().name)
             return False
         return True
