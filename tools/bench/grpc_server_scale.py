@@ -14,9 +14,15 @@ The handlers of one client process share the process's roster cache
 per process, not once per handler. Every other call (check-in, ticket, join record, join count,
 the header watch, the read after it) is made by every handler, as separate nodes would.
 
+``--floor CALLS`` makes no round: each simulated node makes CALLS bare ``Get`` calls and returns,
+through the backend's own client in threads (as above) or, with ``--floor-client aio``, through
+bare ``grpc.aio`` stubs in asyncio tasks (no handler, no retry, no JSON: grpcio's own cost). It
+shows what the calls alone cost this machine, before any rendezvous protocol.
+
 Run from the repository root:
 
     .venv/bin/python tools/bench/grpc_server_scale.py --nodes 4096 --procs 8
+    .venv/bin/python tools/bench/grpc_server_scale.py --nodes 4096 --procs 16 --floor 1
 """
 
 from __future__ import annotations
@@ -47,7 +53,11 @@ def _worker(argv: list[str]) -> int:
     p.add_argument("--count", type=int, required=True)
     p.add_argument("--nodes", type=int, required=True)
     p.add_argument("--start-fd", type=int, required=True)
+    p.add_argument("--floor", type=int, default=0)
+    p.add_argument("--floor-client", choices=("threads", "aio"), default="threads")
     a = p.parse_args(argv)
+    if a.floor and a.floor_client == "aio":
+        return _aio_floor(a)
 
     from rallypoint.rendezvous.handler import RendezvousHandler
     from rallypoint.rendezvous.state import NodeInfo
@@ -72,8 +82,14 @@ def _worker(argv: list[str]) -> int:
 
     def node(h: RendezvousHandler) -> None:
         try:
-            r = h.next_rendezvous()
-            item: dict[str, object] = {"t": time.monotonic(), "rank": r.group_rank, "round": r.round, "n": r.num_nodes}
+            if a.floor:  # no protocol: the node's bare calls, through the same client
+                for _ in range(a.floor):
+                    h.backend.get("floor")
+                index = int(h.node_id[4:])
+                item: dict[str, object] = {"t": time.monotonic(), "rank": index, "round": 0, "n": a.nodes}
+            else:
+                r = h.next_rendezvous()
+                item = {"t": time.monotonic(), "rank": r.group_rank, "round": r.round, "n": r.num_nodes}
         except Exception as exc:  # noqa: BLE001 - reported to the parent
             item = {"error": f"{type(exc).__name__}: {exc}"}
         with lock:
@@ -88,6 +104,38 @@ def _worker(argv: list[str]) -> int:
     for t in threads:
         t.join(TIMEOUT)
     print(json.dumps({"cpu": time.process_time() - cpu, "nodes": out}), flush=True)
+    os._exit(0)
+
+
+def _aio_floor(a: argparse.Namespace) -> int:
+    """``--floor`` with ``--floor-client aio``: ``count`` asyncio tasks, each making ``floor`` bare
+    ``Get`` calls on one ``grpc.aio`` channel (no handler, no retry, no JSON): grpcio's own floor."""
+    import asyncio
+
+    import grpc
+
+    from rallypoint_grpc._proto import rendezvous_pb2 as pb
+    from rallypoint_grpc._proto import rendezvous_pb2_grpc as pb_grpc
+
+    async def run() -> list[dict[str, object]]:
+        async with grpc.aio.insecure_channel(a.endpoint) as channel:
+            stub = pb_grpc.RendezvousStub(channel)  # type: ignore[no-untyped-call]
+            await stub.Get(pb.GetRequest(space="scale", key="floor"), timeout=TIMEOUT)  # connected before the clock
+            print("ready", flush=True)
+            await asyncio.get_running_loop().run_in_executor(None, os.read, a.start_fd, 1)
+            out: list[dict[str, object]] = []
+
+            async def node(index: int) -> None:
+                for _ in range(a.floor):
+                    await stub.Get(pb.GetRequest(space="scale", key="floor"), timeout=TIMEOUT)
+                out.append({"t": time.monotonic(), "rank": index, "round": 0, "n": a.nodes})
+
+            cpu = time.process_time()
+            await asyncio.gather(*(node(i) for i in range(a.first, a.first + a.count)))
+            print(json.dumps({"cpu": time.process_time() - cpu, "nodes": out}), flush=True)
+            return out
+
+    asyncio.run(run())
     os._exit(0)
 
 
@@ -108,6 +156,21 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--nodes", type=int, default=4096)
     parser.add_argument("--procs", type=int, default=8)
+    parser.add_argument(
+        "--floor",
+        type=int,
+        default=0,
+        metavar="CALLS",
+        help="instead of a round, each simulated node makes CALLS bare Get calls and returns: the least a "
+        "node's calls cost, with no rendezvous protocol (0: a real round, the default)",
+    )
+    parser.add_argument(
+        "--floor-client",
+        choices=("threads", "aio"),
+        default="threads",
+        help="--floor's clients: the grpc backend's own client in threads (as a real round), or bare "
+        "grpc.aio stubs in asyncio tasks (grpcio's own floor)",
+    )
     args = parser.parse_args(argv)
     server = subprocess.Popen(
         [RALLYPOINT, "rdzv", "serve", "--port", "0"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
@@ -122,6 +185,7 @@ def main(argv: list[str] | None = None) -> int:
             count = min(per, args.nodes - first)
             cmd = [sys.executable, __file__, "--worker", "--endpoint", endpoint, "--first", str(first)]
             cmd += ["--count", str(count), "--nodes", str(args.nodes), "--start-fd", str(start_r)]
+            cmd += ["--floor", str(args.floor), "--floor-client", args.floor_client]
             clients.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, pass_fds=(start_r,)))
         os.close(start_r)
         for c in clients:
@@ -151,8 +215,13 @@ def main(argv: list[str] | None = None) -> int:
     if ranks != list(range(args.nodes)) or len({r["round"] for r in results}) != 1:
         raise SystemExit(f"wrong result: {len(results)} nodes, rounds {sorted({r['round'] for r in results})}")
     elapsed = max(r["t"] for r in results) - released
-    print(f"grpc server scale: {args.nodes} nodes ({args.procs} client processes x {per} threads, one channel each)")
-    print(f"one round, release to last next_rendezvous() return: {format_duration(elapsed)}")
+    kind = "asyncio tasks" if args.floor and args.floor_client == "aio" else "threads"
+    print(f"grpc server scale: {args.nodes} nodes ({args.procs} client processes x {per} {kind}, one channel each)")
+    if args.floor:
+        print(f"floor: {args.floor} bare Get call(s) per node, no rendezvous protocol ({args.floor_client} clients)")
+        print(f"release to the last node's last call: {format_duration(elapsed)}")
+    else:
+        print(f"one round, release to last next_rendezvous() return: {format_duration(elapsed)}")
     print(f"server CPU during the round: {cpu1 - cpu0:.2f} s (user + system)")
     print(f"client processes' CPU during the round: {client_cpu:.2f} s in all")
     print(f"server memory: {rss0:.0f} MiB before the round, {rss1:.0f} MiB after, peak {peak:.0f} MiB")

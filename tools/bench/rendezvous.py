@@ -25,6 +25,12 @@ Run from the repository root:
     .venv/bin/python tools/bench/rendezvous.py --sizes 2,8 --rounds 5
     .venv/bin/python tools/bench/rendezvous.py --smoke               # CI: sizes 2,8; 1 warm-up, 2 rounds
 
+``--floor CALLS`` replaces rallypoint's rendezvous with CALLS bare reads per node through the
+same backend (same processes, server, barrier and checks): what that many calls cost at best,
+against torch's real rendezvous, to show how much of a target the machine leaves:
+
+    .venv/bin/python tools/bench/rendezvous.py --backend grpc --sizes 64 --floor 1 --rounds 3
+
 Target P2: ratio at N=2 <= 0.05x, at N=64 <= 0.15x. The last line is the ratio at the largest N.
 
 ``--etcd`` measures rallypoint's ``etcd`` backend instead, against torch's ``etcd-v2`` dynamic
@@ -97,6 +103,7 @@ def _node_main(argv: list[str]) -> int:
     p.add_argument("--endpoint", default="")
     p.add_argument("--start-fd", type=int, required=True)
     p.add_argument("--done-fd", type=int, required=True)
+    p.add_argument("--floor", type=int, default=0)
     a = p.parse_args(argv)
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # the parent asks a stuck node where it is
 
@@ -118,6 +125,10 @@ def _node_main(argv: list[str]) -> int:
         handler = RendezvousHandler.from_config(section, node, min_nodes=a.nodes, max_nodes=a.nodes)
 
         def rendezvous() -> tuple[int, int, int]:
+            if a.floor:  # --floor: the node's bare reads through the same backend, no protocol
+                for _ in range(a.floor):
+                    handler.backend.get("floor")
+                return a.index, a.nodes, 0
             r = handler.next_rendezvous()
             return r.group_rank, r.num_nodes, r.round
 
@@ -231,8 +242,11 @@ class VirtualClock:
 class RendezvousSide:
     """A benchmark side: each call runs one rendezvous of ``nodes`` fresh processes."""
 
-    def __init__(self, kind: str, nodes: int, clock: VirtualClock, *, endpoint: str | None = None) -> None:
+    def __init__(
+        self, kind: str, nodes: int, clock: VirtualClock, *, endpoint: str | None = None, floor: int = 0
+    ) -> None:
         self.kind = kind
+        self.floor = floor  # file/grpc: bare reads per node instead of a rendezvous (--floor)
         self.endpoint = endpoint  # the benchmark's etcd server, for the etcd kinds
         self.nodes = nodes
         self.clock = clock
@@ -255,6 +269,8 @@ class RendezvousSide:
                 argv = [sys.executable, str(Path(__file__).resolve()), "--node", self.kind, "--index", str(i)]
                 argv += ["--nodes", str(self.nodes), "--run-id", run_id, *extra]
                 argv += ["--start-fd", str(start_r), "--done-fd", str(done_r)]
+                if self.floor:
+                    argv += ["--floor", str(self.floor)]
                 procs.append(
                     subprocess.Popen(
                         argv,
@@ -453,9 +469,9 @@ def _etcd_alone(n: int, endpoint: str, settings: dict[str, int]) -> list[float]:
     return samples
 
 
-def _side_alone(kind: str, n: int, settings: dict[str, int]) -> list[float]:
+def _side_alone(kind: str, n: int, settings: dict[str, int], floor: int = 0) -> list[float]:
     """N above --torch-max-nodes: rallypoint's ``file``/``grpc`` side only, every sample checked."""
-    side = RendezvousSide(kind, n, VirtualClock())
+    side = RendezvousSide(kind, n, VirtualClock(), floor=floor)
     for _ in range(settings["warmup"]):
         side.run_once()
     samples = sorted(side.run_once() for _ in range(settings["rounds"]))
@@ -512,7 +528,18 @@ def main(argv: list[str] | None = None) -> int:
         default="file",
         help="rallypoint's side: the file backend, or grpc (server hosted by the first node to bind the endpoint)",
     )
+    parser.add_argument(
+        "--floor",
+        type=int,
+        default=0,
+        metavar="CALLS",
+        help="rallypoint's side makes no rendezvous: each node makes CALLS bare reads through the same backend "
+        "(same processes, server, start barrier and checks) and returns; what that many calls per node cost "
+        "at best, against torch's real rendezvous (0: a real rendezvous, the default)",
+    )
     args = parser.parse_args(argv)
+    if args.floor < 0 or (args.floor and args.etcd):
+        parser.error("--floor wants a count >= 0, and is for the file and grpc backends (not --etcd)")
     sizes = args.sizes or (SMOKE_SIZES if args.smoke else DEFAULT_SIZES)
     settings = settings_from_args(args)
     if args.etcd:
@@ -523,10 +550,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for n in sizes:
             if n > args.torch_max_nodes:  # torch's nodes would not fit in memory: rallypoint's side alone
-                alone[n] = _side_alone(args.backend, n, settings)
+                alone[n] = _side_alone(args.backend, n, settings, args.floor)
                 continue
             clock = VirtualClock()
-            a = RendezvousSide(args.backend, n, clock)
+            a = RendezvousSide(args.backend, n, clock, floor=args.floor)
             b = RendezvousSide("torch", n, clock)
 
             progress = None
@@ -542,7 +569,9 @@ def main(argv: list[str] | None = None) -> int:
                     comparison,
                     title=f"rendezvous N={n}: node processes on loopback, release to last next_rendezvous() return",
                     details=[
-                        f"A rallypoint: {args.backend} backend, RendezvousHandler.next_rendezvous(), min=max={n}",
+                        f"A rallypoint: {args.backend} backend, RendezvousHandler.next_rendezvous(), min=max={n}"
+                        if not args.floor
+                        else f"A floor:      {args.backend} backend, {args.floor} bare read(s) per node, no rendezvous",
                         f"B torch:      c10d dynamic rendezvous (TCPStore on {LOOPBACK}), min=max={n}",
                     ],
                 ),
@@ -556,12 +585,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         data = {"title": "rendezvous", "sizes": {str(n): c.as_dict() for n, c in results.items()}}
         Path(args.json).write_text(json.dumps(data, indent=2) + "\n")
+    if args.floor:
+        print(f"floor: rallypoint's side made {args.floor} bare read(s) per node and no rendezvous")
     targets = GRPC_TARGETS if args.backend == "grpc" else TARGETS
     wanted = ", ".join(f"N={n} <= {t}x" for n, t in targets.items())
     print(f"summary: median rallypoint / median torch (targets: {wanted})")
     print(f"{'N':>4}  {'rallypoint':>11}  {'torch':>11}  {'ratio':>8}  target")
     for n, c in results.items():
-        target = targets.get(n)
+        target = None if args.floor else targets.get(n)  # a floor is no rendezvous: no verdict
         verdict = "" if target is None else f"<= {target}x " + ("met" if c.ratio <= target else "MISSED")
         print(
             f"{n:>4}  {format_duration(c.a.median):>11}  {format_duration(c.b.median):>11}  "

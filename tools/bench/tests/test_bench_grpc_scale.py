@@ -23,3 +23,20 @@ def test_a_small_server_scale_round_completes_and_reports_cpu_and_memory() -> No
         assert line in out
     assert "client processes' CPU during the round:" in out
     assert "server memory:" in out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("client", ["threads", "aio"])
+def test_a_floor_run_makes_bare_calls_and_says_so(client: str) -> None:
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "--nodes", "16", "--procs", "2", "--floor", "2", "--floor-client", client],
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    kind = "asyncio tasks" if client == "aio" else "threads"
+    assert f"grpc server scale: 16 nodes (2 client processes x 8 {kind}, one channel each)" in proc.stdout
+    assert f"floor: 2 bare Get call(s) per node, no rendezvous protocol ({client} clients)" in proc.stdout
+    assert "release to the last node's last call:" in proc.stdout
+    assert "one round" not in proc.stdout

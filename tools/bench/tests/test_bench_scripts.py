@@ -40,7 +40,12 @@ def test_help_runs_nothing(script: str, options: list[str]) -> None:
 
 @pytest.mark.parametrize(
     ("script", "args", "option"),
-    [("agent.py", ["--only", "p2"], "--only"), ("rendezvous.py", ["--sizes", "2,x"], "--sizes")],
+    [
+        ("agent.py", ["--only", "p2"], "--only"),
+        ("rendezvous.py", ["--sizes", "2,x"], "--sizes"),
+        ("rendezvous.py", ["--floor", "-1"], "--floor"),
+        ("rendezvous.py", ["--etcd", "--floor", "1"], "--floor"),
+    ],
 )
 def test_bad_arguments_exit_2(script: str, args: list[str], option: str) -> None:
     proc = run(script, *args)
@@ -73,3 +78,12 @@ def test_smoke_run_prints_the_ratio_last(script: str, args: list[str], expected:
     assert ratio > 0
     for text in expected:
         assert text in proc.stdout
+
+
+@pytest.mark.slow
+def test_a_rendezvous_floor_run_makes_no_rendezvous_and_gives_no_verdict() -> None:
+    proc = run("rendezvous.py", "--smoke", "--backend", "grpc", "--sizes", "2", "--floor", "2", timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "A floor:      grpc backend, 2 bare read(s) per node, no rendezvous" in proc.stdout
+    assert "floor: rallypoint's side made 2 bare read(s) per node and no rendezvous" in proc.stdout
+    assert "met" not in proc.stdout.split("summary:")[1]  # a floor is no rendezvous: no target verdict
