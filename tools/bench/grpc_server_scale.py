@@ -80,12 +80,11 @@ def _worker(argv: list[str]) -> int:
     out: list[dict[str, object]] = []
     lock = threading.Lock()
 
-    def node(h: RendezvousHandler) -> None:
+    def node(index: int, h: RendezvousHandler) -> None:
         try:
             if a.floor:  # no protocol: the node's bare calls, through the same client
                 for _ in range(a.floor):
                     h.backend.get("floor")
-                index = int(h.node_id[4:])
                 item: dict[str, object] = {"t": time.monotonic(), "rank": index, "round": 0, "n": a.nodes}
             else:
                 r = h.next_rendezvous()
@@ -95,7 +94,7 @@ def _worker(argv: list[str]) -> int:
         with lock:
             out.append(item)
 
-    threads = [threading.Thread(target=node, args=(h,), daemon=True) for h in handlers]
+    threads = [threading.Thread(target=node, args=(a.first + i, h), daemon=True) for i, h in enumerate(handlers)]
     print("ready", flush=True)
     os.read(a.start_fd, 1)
     cpu = time.process_time()
@@ -117,7 +116,7 @@ def _aio_floor(a: argparse.Namespace) -> int:
     from rallypoint_grpc._proto import rendezvous_pb2 as pb
     from rallypoint_grpc._proto import rendezvous_pb2_grpc as pb_grpc
 
-    async def run() -> list[dict[str, object]]:
+    async def run() -> None:
         async with grpc.aio.insecure_channel(a.endpoint) as channel:
             stub = pb_grpc.RendezvousStub(channel)  # type: ignore[no-untyped-call]
             await stub.Get(pb.GetRequest(space="scale", key="floor"), timeout=TIMEOUT)  # connected before the clock
@@ -126,14 +125,16 @@ def _aio_floor(a: argparse.Namespace) -> int:
             out: list[dict[str, object]] = []
 
             async def node(index: int) -> None:
-                for _ in range(a.floor):
-                    await stub.Get(pb.GetRequest(space="scale", key="floor"), timeout=TIMEOUT)
-                out.append({"t": time.monotonic(), "rank": index, "round": 0, "n": a.nodes})
+                try:
+                    for _ in range(a.floor):
+                        await stub.Get(pb.GetRequest(space="scale", key="floor"), timeout=TIMEOUT)
+                    out.append({"t": time.monotonic(), "rank": index, "round": 0, "n": a.nodes})
+                except grpc.aio.AioRpcError as exc:  # reported to the parent, as the threads' failures
+                    out.append({"error": f"{exc.code().name}: {exc.details()}"})
 
             cpu = time.process_time()
             await asyncio.gather(*(node(i) for i in range(a.first, a.first + a.count)))
             print(json.dumps({"cpu": time.process_time() - cpu, "nodes": out}), flush=True)
-            return out
 
     asyncio.run(run())
     os._exit(0)
@@ -172,6 +173,10 @@ def main(argv: list[str] | None = None) -> int:
         "grpc.aio stubs in asyncio tasks (grpcio's own floor)",
     )
     args = parser.parse_args(argv)
+    if args.floor < 0:
+        parser.error(f"--floor wants a count >= 0, got {args.floor}")
+    if args.floor_client != "threads" and not args.floor:
+        parser.error("--floor-client applies to --floor runs only")
     server = subprocess.Popen(
         [RALLYPOINT, "rdzv", "serve", "--port", "0"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
     )
@@ -199,7 +204,10 @@ def main(argv: list[str] | None = None) -> int:
         results, client_cpu = [], 0.0
         for c in clients:
             assert c.stdout is not None
-            report = json.loads(c.stdout.readline())
+            line = c.stdout.readline()
+            if not line.strip():
+                raise SystemExit(f"a client process (pid {c.pid}) exited without its report; see its stderr above")
+            report = json.loads(line)
             results.extend(report["nodes"])
             client_cpu += report["cpu"]
         cpu1 = _cpu_seconds(server.pid)

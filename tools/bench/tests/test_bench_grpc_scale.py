@@ -40,3 +40,10 @@ def test_a_floor_run_makes_bare_calls_and_says_so(client: str) -> None:
     assert f"floor: 2 bare Get call(s) per node, no rendezvous protocol ({client} clients)" in proc.stdout
     assert "release to the last node's last call:" in proc.stdout
     assert "one round" not in proc.stdout
+
+
+@pytest.mark.parametrize("args", [["--floor", "-1"], ["--floor-client", "aio"]])
+def test_bad_floor_arguments_exit_2(args: list[str]) -> None:
+    proc = subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert "--floor" in proc.stderr
