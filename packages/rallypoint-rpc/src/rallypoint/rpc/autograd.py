@@ -14,7 +14,10 @@ grad and travels in such a message (an argument or a result) is *recorded* by it
 with its graph, under a send id) and arrives wrapped in a *recv* node: a differentiable
 identity whose backward sends the gradient back to the sender, where the backward pass resumes
 from the recorded tensor. Gradients that reach leaves are added to the context's gradients on
-the leaf's worker, never to ``.grad``, so concurrent contexts (trainers) never mix.
+the leaf's worker and never left in ``.grad``, so concurrent contexts (trainers) never mix. The
+leaves' accumulators run as in a local ``backward`` (with their hooks: DDP averages its
+gradients there, as under torch's distributed autograd); each worker runs one local pass at a
+time, and takes the gradients out of ``.grad`` when it ends.
 A gradient message is answered only once the backward pass it started has finished on every
 worker it reached, so :func:`backward` returns when the whole pass is done. Contexts are
 released on every worker they reached when ``with context()`` exits, and when a backward pass
@@ -36,11 +39,10 @@ import torch
 from rallypoint.rpc.errors import RpcError, SerializationError, WorkerUnavailable
 from rallypoint.rpc.gradctx import ACTIVE, Active
 
-__all__ = ["UnavailableInBackward", "backward", "context", "get_gradients"]
+__all__ = ["UnavailableInBackward", "backward", "context", "get_gradients", "lending_grad"]
 
 _RELEASED_KEPT = 65536  # ids of released contexts remembered per worker (late messages are refused)
 _MARK = "_rallypoint_recv_anchor"
-_LOCAL = threading.local()  # .outbox: the gradient messages of the backward pass running in this thread
 
 
 class UnavailableInBackward(WorkerUnavailable):
@@ -120,6 +122,12 @@ class ContextTable:
         self._contexts: dict[int, DistContext] = {}
         self._released: OrderedDict[int, None] = OrderedDict()
         self._counter = itertools.count()
+        # The ``.grad`` of this worker's tensors is lent to one holder at a time: a local backward
+        # pass (to the leaves' accumulators, see _accumulate) or an optimizer step (see
+        # lending_grad). ``outbox``: the gradient messages of the pass that holds it, found from
+        # any thread the autograd engine runs a recv node's backward in.
+        self.grad_lock = threading.RLock()
+        self.outbox: _Outbox | None = None
 
     @property
     def agent(self) -> Any:
@@ -238,6 +246,17 @@ def context() -> Iterator[int]:
         contexts.release(ctx.id, None)
 
 
+@contextlib.contextmanager
+def lending_grad() -> Iterator[None]:
+    """Hold the ``.grad`` of this worker's tensors: no backward pass or other holder uses it meanwhile.
+
+    For code that places a context's gradients in ``.grad`` for a while (an optimizer's step)
+    and puts the previous ones back before it leaves the block.
+    """
+    with table(_agent()).grad_lock:
+        yield
+
+
 def get_gradients(context_id: int) -> dict[torch.Tensor, torch.Tensor]:
     """The gradients this worker holds in a context: ``{leaf tensor: gradient}`` (a copy of the mapping).
 
@@ -299,20 +318,45 @@ def run_backward(
     if not outputs:
         return []
     leaves = _leaves(outputs)
+    contexts = table(ctx.agent)
     outbox = _Outbox(reply_to)
-    previous = getattr(_LOCAL, "outbox", None)
-    _LOCAL.outbox = outbox
     try:
-        computed = torch.autograd.grad(outputs, leaves, grad_outputs, retain_graph=True, allow_unused=True)
+        with contexts.grad_lock:
+            previous, contexts.outbox = contexts.outbox, outbox
+            try:
+                computed = _accumulate(outputs, grad_outputs, leaves)
+            finally:
+                contexts.outbox = previous
     finally:
-        _LOCAL.outbox = previous
-        error = outbox.finish()
+        error = outbox.finish()  # outside the lock: the passes it waits for may come back here
     if error is not None:
         raise error
-    for leaf, grad in zip(leaves, computed, strict=True):
-        if grad is not None and not getattr(leaf, _MARK, False):
-            ctx.accumulate(leaf, grad)
+    for leaf, got in zip(leaves, computed, strict=True):
+        if got is not None and not getattr(leaf, _MARK, False):
+            ctx.accumulate(leaf, got)
     return outbox.returned
+
+
+def _accumulate(
+    outputs: list[torch.Tensor], grad_outputs: list[torch.Tensor], leaves: list[torch.Tensor]
+) -> list[torch.Tensor | None]:
+    """The local pass from ``outputs``: the gradient of each leaf (``None``: not reached).
+
+    The leaves' accumulators run, as in ``loss.backward()``, so that what hooks them runs too:
+    DDP's reducer averages its parameters' gradients across its group there (and writes the
+    average back). For the pass, each leaf's ``.grad`` is lent out empty; what the pass left
+    in it is taken and the leaf's own ``.grad`` put back (call with the worker's ``grad_lock`` held).
+    """
+    own = [leaf.grad for leaf in leaves]
+    for leaf in leaves:
+        leaf.grad = None
+    try:
+        torch.autograd.backward(outputs, grad_outputs, retain_graph=True, inputs=leaves)
+        taken: list[torch.Tensor | None] = [leaf.grad for leaf in leaves]
+        return taken
+    finally:
+        for leaf, grad in zip(leaves, own, strict=True):
+            leaf.grad = grad
 
 
 class _Outbox:
@@ -460,8 +504,8 @@ def _send_gradient(ctx: DistContext, sender: str, send_id: int, grad: torch.Tens
     header = {"op": "ad_grad", "ctx": ctx.id, "send": send_id}
     values = {"grad": grad}  # a broadcast gradient (that of a sum) travels as the memory it spans
     what = f"backward of context {ctx.id} (gradient to {sender})"
-    outbox: _Outbox | None = getattr(_LOCAL, "outbox", None)
-    if outbox is None:  # run by a thread of the autograd engine: wait here (the default RPC timeout)
+    outbox = table(agent).outbox
+    if outbox is None:  # not in a distributed pass (a plain ``backward``): wait here (the default RPC timeout)
         resume_returned(agent, agent.call(peer, header, values, None, what, broadcasts=True))
     else:
         outbox.add(agent, peer, header, values, what)

@@ -2,22 +2,17 @@
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Sequence
 from typing import Any
 
 import torch
 
 from rallypoint.rpc.api import remote
-from rallypoint.rpc.autograd import get_gradients
+from rallypoint.rpc.autograd import get_gradients, lending_grad
 from rallypoint.rpc.exposure import expose
 from rallypoint.rpc.rref import RRef
 
 __all__ = ["DistributedOptimizer", "OwnerOptimizer"]
-
-#: One step at a time on a worker, across every OwnerOptimizer there: trainers that each made a
-#: DistributedOptimizer over the same parameters have one OwnerOptimizer each on the owner.
-_STEP_LOCK = threading.Lock()
 
 
 @expose
@@ -25,9 +20,11 @@ class OwnerOptimizer:
     """The optimizer of one owner's parameters (created there by :class:`DistributedOptimizer`).
 
     A step takes the gradients of one context (never ``.grad``): they are placed in ``.grad`` for
-    the optimizer's ``step()`` only, under a lock shared by every optimizer of this worker, and the
-    previous ``.grad`` is put back, so trainers stepping concurrently (each with an optimizer of
-    its own over the same parameters) never see each other's gradients.
+    the optimizer's ``step()`` only, while no other step or backward pass on this worker uses
+    ``.grad`` (:func:`~rallypoint.rpc.autograd.lending_grad`: one step at a time across every
+    OwnerOptimizer here, since trainers that each made a DistributedOptimizer over the same
+    parameters have one OwnerOptimizer each on the owner), and the previous ``.grad`` is put back,
+    so trainers stepping concurrently never see each other's gradients.
     """
 
     def __init__(
@@ -41,7 +38,7 @@ class OwnerOptimizer:
     def step(self, context_id: int) -> None:
         """Step with the gradients that context ``context_id`` left on this worker."""
         grads = get_gradients(context_id)
-        with _STEP_LOCK:
+        with lending_grad():
             saved = [p.grad for p in self.params]
             try:
                 for p in self.params:
