@@ -13,7 +13,6 @@ the running process; tests build them by hand.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import socket
 import sys
@@ -54,18 +53,6 @@ __all__ = [
 
 #: The in-process rendezvous backend: it gets a namespace per agent process, and the loopback address.
 _MEMORY = "memory"
-
-
-class _CollectivesFields(Protocol):
-    """What the agent reads of ``[collectives]`` (declared by ``rallypoint-collectives``)."""
-
-    @property
-    def backend(self) -> str:
-        """``collectives.backend``."""
-
-    @property
-    def timeout(self) -> float:
-        """``collectives.timeout``, in seconds."""
 
 
 class _TimerFields(Protocol):
@@ -235,18 +222,11 @@ def worker_argv(
     return [f"./{entry}" if on_disk.is_file() else entry, *args]
 
 
-def _collectives_section(resolved: ResolvedConfig) -> _CollectivesFields | None:
-    """``[collectives]``, or ``None`` when no installed package declares it.
-
-    The agent passes it on to the workers without depending on ``rallypoint-collectives``, so it
-    reads the section by name rather than by model.
-    """
-    section: _CollectivesFields | None = getattr(resolved.config, "collectives", None)
-    return section
-
-
 def _timer_section(resolved: ResolvedConfig) -> _TimerFields | None:
-    """``[timer]``, or ``None`` when no installed package declares it (see :func:`_collectives_section`)."""
+    """``[timer]``, or ``None`` when no installed package declares it.
+
+    Read by name: the agent does not depend on ``rallypoint-timer``.
+    """
     section: _TimerFields | None = getattr(resolved.config, "timer", None)
     return section
 
@@ -327,25 +307,18 @@ def rendezvous_endpoint(plan: RendezvousPlan) -> str:
 def _worker_env(resolved: ResolvedConfig, facts: NodeFacts, job: JobSection) -> dict[str, str]:
     """Variables every worker gets on top of the torchrun ones; ``[job] env`` wins over ours.
 
-    ``RALLYPOINT_COLLECTIVES_OPTIONS`` holds the ``[collectives.options]`` that resolution
-    validated with the backend's own model, as a JSON object (``{}`` when there are none).
+    Each section the job has contributes what its package declares (``ConfigSection.worker_env``:
+    the collectives backend, the timeline config, the ``[rpc]`` settings...): the agent hands
+    them over without knowing them. Relative paths are taken from the job file's directory, else
+    the working directory.
     """
     env: dict[str, str] = {}
-    collectives = _collectives_section(resolved)
-    if collectives is not None:
-        selection = resolved.selection("collectives.backend")
-        options = selection.options if selection is not None else None
-        env["RALLYPOINT_COLLECTIVES_BACKEND"] = collectives.backend
-        env["RALLYPOINT_COLLECTIVES_TIMEOUT"] = f"{collectives.timeout:g}"
-        env["RALLYPOINT_COLLECTIVES_OPTIONS"] = json.dumps(
-            options.model_dump(mode="json") if options is not None else {}, separators=(",", ":")
-        )
+    base = facts.job_file.parent if facts.job_file is not None else facts.cwd
+    for declared in resolved.loaded.schema.sections:
+        if declared.worker_env is not None and getattr(resolved.config, declared.name, None) is not None:
+            env.update(declared.worker_env(resolved, base))
     if facts.job_file is not None:
         env["RALLYPOINT_CONFIG"] = str(facts.job_file)
-    timeline_config = getattr(_timer_section(resolved), "timeline_config", None)  # [timer] (rallypoint-timer)
-    if timeline_config:
-        base = facts.job_file.parent if facts.job_file is not None else facts.cwd
-        env["RALLYPOINT_TIMELINE_CONFIG"] = str(base / timeline_config)
     # workers bind the interface of the agent's --local-addr, not whatever the host name resolves to
     env.update(socket_ifname_env(facts.local_interface, {**facts.environ, **job.env}))
     return {**env, **job.env}
@@ -390,7 +363,7 @@ def plan_job(resolved: ResolvedConfig, facts: NodeFacts) -> JobPlan:
     Decides the job name (``job.name``, else the job file's stem, else ``"job"``), the run id
     (``rendezvous.run_id``, else ``<name>-<token>`` for a single-node job), the number of local
     workers (``"auto"``: visible GPUs, else CPUs), the worker command line and environment
-    (collectives backend, timeout and options, ``RALLYPOINT_CONFIG``, ``[job] env``), the log
+    (what each section of the job declares for workers, ``RALLYPOINT_CONFIG``, ``[job] env``), the log
     directory, this node's rendezvous record and the rendezvous backend's options for this run.
     ``resolved`` is not modified.
 

@@ -8,13 +8,14 @@ RPC transports (:data:`~rallypoint.rpc.records.RPC_TRANSPORTS`) and validates
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field
 
-from rallypoint.core.config import ConfigSection, Duration, Section
+from rallypoint.core.config import ConfigSection, Duration, ResolvedConfig, Section, section_env
 
-__all__ = ["RPC_SECTION", "RpcSection"]
+__all__ = ["RPC_SECTION", "RpcSection", "worker_env"]
 
 
 class RpcSection(Section):
@@ -33,5 +34,17 @@ class RpcSection(Section):
     options: dict[str, Any] = Field(default_factory=dict, description="The transport's own options.")
 
 
+def worker_env(resolved: ResolvedConfig, base: Path) -> dict[str, str]:
+    """The resolved ``[rpc]`` as ``RALLYPOINT_RPC_*`` variables, for ``RpcOptions.from_environment``.
+
+    Whatever set a value (the job file, ``--set``, the agent's environment), the workers get the
+    value the agent resolved, with the transport's options as validated.
+    """
+    del base
+    return section_env(resolved, "rpc")
+
+
 #: The section as this package declares it (``rallypoint_config_sections``): optional.
-RPC_SECTION = ConfigSection("rpc", RpcSection, "remote procedure calls between workers", optional=True)
+RPC_SECTION = ConfigSection(
+    "rpc", RpcSection, "remote procedure calls between workers", optional=True, worker_env=worker_env
+)

@@ -11,6 +11,8 @@ from rallypoint.rpc.errors import RpcError
 
 __all__ = ["RpcOptions", "make_transport"]
 
+_PREFIX = "RALLYPOINT_RPC_"
+
 
 @dataclass
 class RpcOptions:
@@ -43,24 +45,32 @@ class RpcOptions:
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str] | None = None) -> RpcOptions:
-        """The job's ``[rpc]`` section when running under ``rallypoint run`` (``RALLYPOINT_CONFIG``).
+        """The job's ``[rpc]`` settings as the agent resolved them (``RALLYPOINT_RPC_*``).
 
-        Without a job file, or a job without ``[rpc]``, the defaults.
+        ``rallypoint run`` gives every worker the job's resolved ``[rpc]`` section as
+        ``RALLYPOINT_RPC_<KEY>`` variables, whatever set each value (job file, ``--set``, the
+        agent's environment); anyone else may set them too. Without any, the defaults.
+
+        Raises:
+            RpcError: a variable holds an invalid value, or the transport's options are invalid.
         """
         env = os.environ if environ is None else environ
-        path = env.get("RALLYPOINT_CONFIG")
-        if not path:
+        given = {name: value for name, value in env.items() if name.startswith(_PREFIX)}
+        if not given:
             return cls(source="defaults")
         from rallypoint.core.config import load_job_config, resolve_config
+        from rallypoint.core.errors import ConfigError
         from rallypoint.core.plugins import get_plugin_manager
         from rallypoint.rpc.config import RpcSection
 
         pm = get_plugin_manager(environ=dict(env))
-        resolved = resolve_config(load_job_config(path, pm, environ=env), pm)
-        section = resolved.section_or_none(RpcSection)
-        if section is None:
-            return cls(source=f"{path} (no [rpc] section: defaults)")
+        try:
+            resolved = resolve_config(load_job_config(None, pm, environ=given), pm)
+        except ConfigError as exc:
+            raise RpcError(f"invalid RPC settings in the environment: {exc}") from None
+        section = resolved.section(RpcSection)
         selection = resolved.selection("rpc.transport")
+        job_file = env.get("RALLYPOINT_CONFIG")
         return cls(
             rpc_timeout=section.timeout,
             serializer=section.serializer,
@@ -68,7 +78,7 @@ class RpcOptions:
             transport=section.transport,
             transport_options=selection.options if selection is not None else None,
             num_worker_threads=section.num_worker_threads,
-            source=f"[rpc] of {path}",
+            source=f"[rpc] of {job_file}" if job_file else "RALLYPOINT_RPC_* (environment)",
         )
 
 

@@ -7,13 +7,14 @@ with the selected backend's ``options_model``.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from pydantic import Field
 
-from rallypoint.core.config import ConfigSection, Section
+from rallypoint.core.config import ConfigSection, ResolvedConfig, Section
 
-__all__ = ["TIMER_SECTION", "TimerSection"]
+__all__ = ["TIMER_SECTION", "TimerSection", "worker_env"]
 
 
 class TimerSection(Section):
@@ -31,5 +32,11 @@ class TimerSection(Section):
     options: dict[str, Any] = Field(default_factory=dict, description="The watchdog backend's own options.")
 
 
+def worker_env(resolved: ResolvedConfig, base: Path) -> dict[str, str]:
+    """``RALLYPOINT_TIMELINE_CONFIG``: the timeline config file (absolute), when the job names one."""
+    timeline_config = resolved.section(TimerSection).timeline_config
+    return {"RALLYPOINT_TIMELINE_CONFIG": str(base / timeline_config)} if timeline_config else {}
+
+
 #: The section as this package declares it (``rallypoint_config_sections``).
-TIMER_SECTION = ConfigSection("timer", TimerSection, "watchdog timers and the event timeline")
+TIMER_SECTION = ConfigSection("timer", TimerSection, "watchdog timers and the event timeline", worker_env=worker_env)

@@ -10,7 +10,7 @@ every problem with its file (or variable, or flag) and key path.
 
 from rallypoint.core.config.durations import Duration, PositiveDuration, format_duration, parse_duration
 from rallypoint.core.config.loader import LoadedConfig, load_job_config, parse_value
-from rallypoint.core.config.render import render_resolved
+from rallypoint.core.config.render import render_resolved, section_env
 from rallypoint.core.config.resolve import ResolvedConfig, Selection, resolve_config
 from rallypoint.core.config.sections import ConfigSection, JobSchema, Section, build_schema
 
@@ -30,4 +30,5 @@ __all__ = [
     "parse_value",
     "render_resolved",
     "resolve_config",
+    "section_env",
 ]

@@ -8,7 +8,7 @@ from typing import Any
 
 from rallypoint.core.config.resolve import ResolvedConfig
 
-__all__ = ["render_resolved", "resolved_as_dict", "toml_value"]
+__all__ = ["render_resolved", "resolved_as_dict", "section_env", "toml_value"]
 
 _BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
 
@@ -54,6 +54,34 @@ def resolved_as_dict(resolved: ResolvedConfig) -> dict[str, Any]:
         for key, sel in resolved.selections.items()
     }
     return data
+
+
+def section_env(resolved: ResolvedConfig, name: str) -> dict[str, str]:
+    """Section ``name`` of the resolved job as ``RALLYPOINT_<NAME>_<KEY>`` overrides (TOML values).
+
+    Every key is written, defaults included, and ``options`` as the selected plugin's validated
+    options (``None`` values are left out: TOML has none). Loading a job with these variables as
+    its environment (``load_job_config(None, schema, environ=...)``) gives back the same
+    section: it is how a package hands its section to the workers (``ConfigSection.worker_env``).
+    ``{}`` for an optional section the job does not have.
+
+    >>> from rallypoint.core.config import load_job_config, resolve_config, build_schema, ConfigSection, Section
+    >>> class WidgetSection(Section):
+    ...     count: int = 1
+    ...     names: list[str] = []
+    >>> schema = build_schema([ConfigSection("widgets", WidgetSection)])
+    >>> loaded = load_job_config(None, schema, overrides=[("widgets.names", ["a"], "--set")], environ={})
+    >>> section_env(ResolvedConfig(loaded), "widgets")
+    {'RALLYPOINT_WIDGETS_COUNT': '1', 'RALLYPOINT_WIDGETS_NAMES': '["a"]'}
+    """
+    section = getattr(resolved.config, name, None)
+    if section is None:
+        return {}
+    values: dict[str, Any] = section.model_dump(mode="json", exclude_none=True)
+    for key, sel in resolved.selections.items():
+        if key.split(".")[0] == name and sel.options is not None:
+            values["options"] = sel.options.model_dump(mode="json", exclude_none=True)
+    return {f"RALLYPOINT_{name.upper()}_{key.upper()}": toml_value(value) for key, value in values.items()}
 
 
 def render_resolved(resolved: ResolvedConfig) -> str:

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
@@ -75,6 +76,13 @@ class ConfigSection:
         summary: one line for people (``rallypoint plugins list``, docs).
         optional: the section is absent (``None``) unless the job file has it (a feature jobs opt into);
             otherwise it is always present, with its defaults.
+        worker_env: what every worker of a job that has this section gets in its environment,
+            decided once by the agent from the resolved job: called as
+            ``worker_env(resolved, base)`` (a :class:`~rallypoint.core.config.ResolvedConfig`,
+            and the directory the job's relative paths are taken from), returns
+            ``{variable: value}``. Workers read these variables instead of the job file, so a
+            value given by ``--set`` or ``RALLYPOINT_*`` reaches them like one from the file
+            (:func:`~rallypoint.core.config.section_env` writes a whole section).
 
     Example:
         >>> class WidgetSection(Section):
@@ -87,6 +95,7 @@ class ConfigSection:
     model: type[Section]
     summary: str = ""
     optional: bool = False
+    worker_env: Callable[[Any, Path], Mapping[str, str]] | None = None
 
     def __post_init__(self) -> None:
         problem = None
@@ -96,6 +105,8 @@ class ConfigSection:
             problem = "the name is reserved"
         elif not (isinstance(self.model, type) and issubclass(self.model, Section)):
             problem = f"its model {self.model!r} is not a rallypoint.core.config.Section subclass"
+        elif self.worker_env is not None and not callable(self.worker_env):
+            problem = f"its worker_env {self.worker_env!r} is not callable"
         if problem:
             raise PluginError(f"invalid config section {self.name!r}: {problem}")
 
