@@ -11,29 +11,31 @@ from rallypoint.rpc import RpcOptions
 from rallypoint_grpc.rpc_options import GrpcRpcOptions
 
 
-def test_options_from_the_job_file_and_its_variables(tmp_path: Path) -> None:
-    (tmp_path / "train.py").write_text("")
-    job = tmp_path / "job.toml"
-    job.write_text(
-        '[job]\nentrypoint = "train.py"\n[rpc]\ntimeout = "5s"\nallow = ["torch"]\n[rpc.options]\nchunk_bytes = 65536\n'
-    )
-    opts = RpcOptions.from_environment({"RALLYPOINT_CONFIG": str(job), "RALLYPOINT_RPC_SERIALIZER": "pickle"})
+def test_options_from_the_variables_the_agent_sets() -> None:
+    """``rallypoint run`` hands the resolved ``[rpc]`` to the workers as ``RALLYPOINT_RPC_*`` (TOML values)."""
+    env = {
+        "RALLYPOINT_RPC_TIMEOUT": '"5s"',
+        "RALLYPOINT_RPC_ALLOW": '["torch"]',
+        "RALLYPOINT_RPC_OPTIONS": "{ chunk_bytes = 65536 }",
+        "RALLYPOINT_RPC_SERIALIZER": "pickle",
+        "RALLYPOINT_CONFIG": "/jobs/job.toml",
+    }
+    opts = RpcOptions.from_environment(env)
     assert (opts.rpc_timeout, tuple(opts.allow), opts.serializer, opts.transport) == (5.0, ("torch",), "pickle", "grpc")
     assert isinstance(opts.transport_options, GrpcRpcOptions)
     assert opts.transport_options.chunk_bytes == 65536
-    assert str(job) in opts.source
+    assert "/jobs/job.toml" in opts.source
 
 
-def test_defaults_without_a_job_file_or_without_an_rpc_section(tmp_path: Path) -> None:
+def test_defaults_without_any_rpc_variable(tmp_path: Path) -> None:
     assert RpcOptions.from_environment({}).serializer == "safe"
-    (tmp_path / "train.py").write_text("")
-    (tmp_path / "job.toml").write_text('[job]\nentrypoint = "train.py"\n')
+    (tmp_path / "job.toml").write_text('[job]\nentrypoint = "train.py"\n[rpc]\ntimeout = "5s"\n')
+    # the job file is the agent's to read: a worker reads only what the agent resolved and handed over
     opts = RpcOptions.from_environment({"RALLYPOINT_CONFIG": str(tmp_path / "job.toml")})
     assert (opts.serializer, opts.rpc_timeout, opts.transport_options) == ("safe", 60.0, None)
 
 
-def test_invalid_transport_options_name_the_file_and_key(tmp_path: Path) -> None:
-    (tmp_path / "train.py").write_text("")
-    (tmp_path / "job.toml").write_text('[job]\nentrypoint = "train.py"\n[rpc.options]\nmutual_tls = true\n')
-    with pytest.raises(ConfigError, match=r"job.toml: rpc.options: .*mutual_tls needs tls_ca"):
-        RpcOptions.from_environment({"RALLYPOINT_CONFIG": str(tmp_path / "job.toml")})
+def test_invalid_transport_options_name_the_variable_and_key() -> None:
+    named = r"RALLYPOINT_RPC_OPTIONS \(environment\): rpc.options: .*mutual_tls needs tls_ca"
+    with pytest.raises(ConfigError, match=named):
+        RpcOptions.from_environment({"RALLYPOINT_RPC_OPTIONS": "{ mutual_tls = true }"})

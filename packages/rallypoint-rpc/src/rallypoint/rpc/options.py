@@ -52,22 +52,19 @@ class RpcOptions:
         agent's environment); anyone else may set them too. Without any, the defaults.
 
         Raises:
-            RpcError: a variable holds an invalid value, or the transport's options are invalid.
+            ConfigError: a variable holds an invalid value, or the transport's options are
+                invalid (the message names the variable and the key).
         """
         env = os.environ if environ is None else environ
         given = {name: value for name, value in env.items() if name.startswith(_PREFIX)}
         if not given:
             return cls(source="defaults")
         from rallypoint.core.config import load_job_config, resolve_config
-        from rallypoint.core.errors import ConfigError
         from rallypoint.core.plugins import get_plugin_manager
         from rallypoint.rpc.config import RpcSection
 
         pm = get_plugin_manager(environ=dict(env))
-        try:
-            resolved = resolve_config(load_job_config(None, pm, environ=given), pm)
-        except ConfigError as exc:
-            raise RpcError(f"invalid RPC settings in the environment: {exc}") from None
+        resolved = resolve_config(load_job_config(None, pm, environ=given), pm)
         section = resolved.section(RpcSection)
         selection = resolved.selection("rpc.transport")
         job_file = env.get("RALLYPOINT_CONFIG")
