@@ -72,6 +72,10 @@ class Agent:
         """When the first line matching ``pattern`` printed after ``after`` was read."""
         return next((t for t, line in list(self.lines) if t >= after and pattern.search(line)), None)
 
+    def first_line_text(self, text: str, after: float) -> float | None:
+        """When the first line containing ``text`` printed after ``after`` was read."""
+        return next((t for t, line in list(self.lines) if t >= after and text in line), None)
+
 
 def _read(agent: Agent) -> None:
     assert agent.proc.stdout is not None

@@ -26,6 +26,7 @@ TESTS = [
     "integration-tests/test_faults_multihost.py",
     "integration-tests/test_spares.py",
     "integration-tests/test_rdzv_outage_multihost.py",
+    "integration-tests/test_partitions_multihost.py",
     "integration-tests/test_torchrun_multihost.py",
 ]
 COLUMNS = (

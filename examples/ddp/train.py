@@ -33,6 +33,7 @@ import socket
 import sys
 import time
 import traceback
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -93,6 +94,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--step-time", type=float, default=0.0, help="seconds each step takes at least (compute)")
     parser.add_argument("--crash-at-step", type=int, default=None, help="rank --crash-rank exits 1 at this step")
     parser.add_argument("--crash-rank", type=int, default=1)
+    parser.add_argument(
+        "--pg-timeout", type=float, default=None, help="seconds a collective may wait (torch's default: 30 min)"
+    )
     return parser.parse_args(argv)
 
 
@@ -101,7 +105,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     distributed = "WORLD_SIZE" in os.environ
     if distributed:
-        dist.init_process_group("gloo")
+        timeout = {"timeout": timedelta(seconds=args.pg_timeout)} if args.pg_timeout else {}
+        dist.init_process_group("gloo", **timeout)
     rank, world = (dist.get_rank(), dist.get_world_size()) if distributed else (0, 1)
     if args.global_batch % world:
         raise SystemExit(f"--global-batch {args.global_batch} does not split over {world} workers")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 import uuid
@@ -19,7 +20,7 @@ from rallypoint.rendezvous.errors import (
     RendezvousJobMismatchError,
     RendezvousStateError,
 )
-from rallypoint.rendezvous.handler import HEARTBEAT_ATTEMPTS, RendezvousHandler
+from rallypoint.rendezvous.handler import RendezvousHandler
 from rallypoint.rendezvous.memory import MemoryBackend
 from rallypoint.rendezvous.state import CLOSED_KEY, HEADER_KEY, JOB_KEY, TICKET_KEY
 from rallypoint.rendezvous.testing import make_node
@@ -51,9 +52,8 @@ def handlers() -> Iterator[list[RendezvousHandler]]:
 def _handler(
     made: list[RendezvousHandler], run_id: str, i: int, nodes: int, *, backend: Any = None, **kw: Any
 ) -> RendezvousHandler:
-    h = RendezvousHandler(
-        backend or MemoryBackend(run_id), make_node(i), min_nodes=nodes, max_nodes=nodes, timeouts=FAST, **kw
-    )
+    kw.setdefault("timeouts", FAST)
+    h = RendezvousHandler(backend or MemoryBackend(run_id), make_node(i), min_nodes=nodes, max_nodes=nodes, **kw)
     made.append(h)
     return h
 
@@ -233,7 +233,7 @@ def test_a_heartbeat_that_keeps_failing_fails_the_node(run_id: str, handlers: li
     message = str(caught.value)
     assert "node 'node0' could not write its heartbeat" in message
     assert "OSError: [Errno 30] Read-only file system" in message
-    assert backend.failed >= HEARTBEAT_ATTEMPTS
+    assert backend.failed >= 2  # retried before the node failed (heartbeat_timeout 0.4 s, interval 0.05 s)
     assert h.failure is caught.value
     with pytest.raises(RendezvousHeartbeatError):
         h.round_status()
@@ -245,7 +245,7 @@ def test_a_transient_heartbeat_error_is_retried(run_id: str, handlers: list[Rend
     backend = FlakyHeartbeats(run_id)
     h = _handler(handlers, run_id, 0, 1, backend=backend)
     h.next_rendezvous()
-    backend.failures_left = HEARTBEAT_ATTEMPTS - 1
+    backend.failures_left = 2  # 0.1 s of failures: well within heartbeat_timeout (0.4 s)
     _until(lambda: backend.failures_left <= 0, "the heartbeat was not retried")
     before = backend.get("hb/node0")
     _until(lambda: backend.get("hb/node0") != before, "heartbeats did not resume after the errors")
@@ -266,3 +266,81 @@ def test_round_status_reads_closed_and_superseded_in_one_header(run_id: str, han
     b.set_closed("job succeeded (closed by node 'node1')")
     status = a.round_status()
     assert (status.closed, status.failed, status.superseded) == (True, False, False)
+
+
+class HangingHeartbeats(MemoryBackend):
+    """A memory backend whose heartbeat writes hang (a cut link: no answer, no error) once ``hang`` is set."""
+
+    def __init__(self, run_id: str) -> None:
+        super().__init__(run_id, shared=False)
+        self.hang = threading.Event()
+        self.release = threading.Event()
+        self.hanging = 0
+
+    def set(self, key: str, value: JSONValue, *, ttl: float | None = None) -> Version:
+        if key.startswith("hb/") and self.hang.is_set():
+            self.hanging += 1
+            self.release.wait(60)  # the call returns only when the test ends
+            raise OSError(110, "Connection timed out")
+        return super().set(key, value, ttl=ttl)
+
+
+def test_a_heartbeat_that_hangs_fails_the_node_within_heartbeat_timeout(
+    run_id: str, handlers: list[RendezvousHandler]
+) -> None:
+    """The verdict comes from the clock, not from the call: a hung write must not postpone it.
+
+    The node failed only once a beat *raised*, and then only after three raised, so a backend
+    call that hung for its own timeout (10 s for etcd) stretched a 2 s heartbeat timeout to 30 s
+    and more, while the node's workers trained on with a world that had dropped it.
+    """
+    backend = HangingHeartbeats(run_id)
+    h = _handler(handlers, run_id, 0, 1, backend=backend, timeouts=replace(FAST, heartbeat_timeout=0.5))
+    h.next_rendezvous()
+    try:
+        _until(lambda: h.failure is None and backend.get("hb/node0") is not None, "a first heartbeat", seconds=5)
+        hung_at = time.monotonic()
+        backend.hang.set()
+        _until(lambda: h.failure is not None, "the node did not fail while its heartbeat hung", seconds=5)
+        failed_after = time.monotonic() - hung_at
+        assert backend.hanging == 1  # the verdict came while the one beat still hung
+        assert failed_after < 0.5 + 0.3, failed_after
+        assert isinstance(h.failure, RendezvousHeartbeatError)
+        assert "a heartbeat call has waited" in str(h.failure)
+        # the monitor's read does not wait on the hung beat's lock either: it raises the failure
+        started = time.monotonic()
+        with pytest.raises(RendezvousHeartbeatError):
+            h.round_status()
+        assert time.monotonic() - started < 0.2
+    finally:
+        backend.release.set()
+
+
+def test_a_close_for_a_superseded_round_closes_nothing(run_id: str, handlers: list[RendezvousHandler]) -> None:
+    """The outcome of round r ends the job only while r is the current round.
+
+    A node cut off from the rendezvous (its peers dropped it and went on in round r+1) whose old
+    workers then failed, or finished, closed the job as failed (or succeeded) for everyone when
+    its link came back.
+    """
+    a, b = _handler(handlers, run_id, 0, 2), _handler(handlers, run_id, 1, 2)
+    threads = [threading.Thread(target=h.next_rendezvous) for h in (a, b)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    old = a.last_result
+    assert old is not None
+
+    def next_round() -> None:
+        with contextlib.suppress(RendezvousClosedError):  # the test closes the job at the end
+            b.next_rendezvous()
+
+    threading.Thread(target=next_round, daemon=True).start()  # b opens round r+1
+    _until(lambda: a.round_status().superseded, "round r+1 opened")
+    assert a.set_closed("job failed (closed by node 'node0')", failed=True, round_=old.round) is False
+    status = a.round_status()
+    assert (status.closed, status.failed) == (False, False)
+    assert MemoryBackend(run_id).get(CLOSED_KEY) is None  # no marker left behind: nodes may still check in
+    assert a.set_closed("job succeeded", round_=old.round + 1) is True
+    assert a.round_status().closed

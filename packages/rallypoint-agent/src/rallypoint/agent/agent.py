@@ -42,6 +42,7 @@ from rallypoint.agent import rejoin as rejoining
 from rallypoint.agent.console import agent_line
 from rallypoint.agent.env import WorkerContext, worker_environment
 from rallypoint.agent.error_files import read_error_file
+from rallypoint.agent.fence import Fence
 from rallypoint.agent.logs import WorkerLogs, tee_selects
 from rallypoint.agent.peers import running_status, vanished_peer
 from rallypoint.agent.ranks import RankAssignment, RankNode, WorkerRanks, compute_assignment
@@ -210,7 +211,9 @@ class ElasticAgent:
         if outcome is Outcome.SUCCEEDED:
             outcome = self._exit_barrier(result)
             if outcome is Outcome.SUCCEEDED:
-                self._close(f"job succeeded (closed by node {self.handler.node_id!r})")
+                if not self._close(f"job succeeded (closed by node {self.handler.node_id!r})", round_=result.round):
+                    self.say(rejoining.superseded_message(result.round, "finished"))
+                    return None
                 self.say(f"job {self.settings.run_id!r} succeeded")
                 return self._result(0, restarts=restarts)
         if outcome is Outcome.CLOSED:
@@ -221,10 +224,18 @@ class ElasticAgent:
             return None
         why = vanished_peer(self.handler, result) if outcome is Outcome.FAILED else "membership changed"
         if why is None:
+            status = running_status(self.handler)
+            if status is not None and status.superseded:  # the job went on without this node
+                self.say(rejoining.superseded_message(result.round, "failed"))
+                return None
             self._publish(failures)
-            if not self._may_restart(result, failures):
-                return self._fail(restarts, close=True)
-            return None
+            if self._may_restart(result, failures):
+                return None
+            reason = f"job failed after {restarts} of {self.settings.max_restarts} restart(s)"
+            if not self._close(f"{reason} (closed by node {self.handler.node_id!r})", failed=True, round_=result.round):
+                self.say(rejoining.superseded_message(result.round, "failed"))
+                return None
+            return self._fail(restarts)
         self.say(f"round {result.round} is over ({why}); re-rendezvous, no restart counted")
         return None
 
@@ -256,12 +267,17 @@ class ElasticAgent:
             self._close(f"node {self.handler.node_id!r} could not assign ranks", failed=True)
             raise
 
-    def _close(self, reason: str, *, failed: bool = False) -> None:
-        """Close the rendezvous for every node, saying why (and whether the job failed)."""
+    def _close(self, reason: str, *, failed: bool = False, round_: int | None = None) -> bool:
+        """Close the rendezvous for every node, saying why (and whether the job failed).
+
+        With ``round_``, only while it is the current round: ``False`` when a newer round has
+        opened (this node was dropped meanwhile), and nothing was closed.
+        """
         try:
-            self.handler.set_closed(reason, failed=failed)
+            return self.handler.set_closed(reason, failed=failed, round_=round_)
         except Exception as exc:  # noqa: BLE001 - the outcome here stands; the others must be told
             self.say(f"could not close the rendezvous ({type(exc).__name__}: {exc}); other nodes may not notice")
+            return True
 
     # -- one attempt ---------------------------------------------------------------------------
     def _assign(self, result: RendezvousResult) -> RankAssignment:
@@ -354,7 +370,9 @@ class ElasticAgent:
                     self._watchdog.register_worker(pid, rank)
             if self.pm is not None:
                 self.pm.hook.rallypoint_agent_workers_started(group=group)
-            outcome, bad = self._monitor(group)
+            poll = min(0.5, max(0.05, self.handler.timeouts.heartbeat_interval / 4))
+            with Fence(self.handler, group, grace=self.settings.stop_grace, say=self.say, poll=poll):
+                outcome, bad = self._monitor(group)
             stop_time = time.time()
             exits = group.stop(grace=self.settings.stop_grace)
             logs.close()
@@ -386,6 +404,9 @@ class ElasticAgent:
         total = len(group.pids)
         while True:
             ex = group.wait_any(timeout=interval)
+            failure = self.handler.failure  # this node lost the rendezvous: its workers were fenced
+            if failure is not None:
+                raise failure
             if ex is not None:
                 if not ex.ok:
                     return Outcome.FAILED, ex
@@ -506,21 +527,14 @@ class ElasticAgent:
             self.settings.run_id, failures, restarts=restarts, max_restarts=self.settings.max_restarts
         )
 
-    def _fail(self, restarts: int, *, close: bool = False, closed_by: str | None = None) -> AgentResult:
+    def _fail(self, restarts: int, *, closed_by: str | None = None) -> AgentResult:
         """Print (and save) the job's root-cause report; exit 1.
 
         Args:
             restarts: restarts the job used.
-            close: this node decided the job failed: close the rendezvous as failed first, so
-                that every other node stops its workers and prints the same report.
-            closed_by: why another node closed the job (printed after the report).
+            closed_by: why another node closed the job (printed after the report); ``None``:
+                this node closed it as failed (every other node then prints the same report).
         """
-        if close:
-            self._close(
-                f"job failed after {restarts} of {self.settings.max_restarts} restart(s) "
-                f"(closed by node {self.handler.node_id!r})",
-                failed=True,
-            )
         report = self._gather_report(restarts)
         saved = report.save(self.settings.log_dir / "failure.json")  # never raises: the console report comes first
         tail = f"\n{closed_by}; this node's workers were stopped" if closed_by else ""

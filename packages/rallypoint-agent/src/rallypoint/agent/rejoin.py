@@ -44,6 +44,7 @@ __all__ = [
     "rejoin",
     "rejoin_failed_message",
     "succeeded_without_message",
+    "superseded_message",
     "workers_fate",
 ]
 
@@ -190,6 +191,15 @@ def dropped_message(round_: int, reason: str, gap: float) -> str:
     return (
         f"this node was dropped from round {round_} ({reason}): it lost the rendezvous for about {gap:.1f}s; "
         "its workers were stopped; rejoining, no restart counted"
+    )
+
+
+def superseded_message(round_: int, what: str) -> str:
+    """A round's outcome that the job has left behind: this node's workers ``what`` ("failed"...)."""
+    return (
+        f"round {round_}'s workers {what}, but the job went on in a newer round without this node "
+        "(it was dropped while it could not reach the rendezvous): that outcome is not the job's; "
+        "rejoining, no restart counted"
     )
 
 

@@ -9,10 +9,11 @@ background thread.
 A handler's first :meth:`~RendezvousHandler.next_rendezvous` refuses a run that has already
 ended (:class:`~rallypoint.rendezvous.errors.RendezvousFinishedError`) and, when the handler was
 given the job's fingerprint, a run id that another job already uses
-(:class:`~rallypoint.rendezvous.errors.RendezvousJobMismatchError`). A heartbeat that keeps
-failing is retried for ``heartbeat_timeout``, then fails the node: every later call raises
-:class:`~rallypoint.rendezvous.errors.RendezvousHeartbeatError`. A heartbeat that finds the run's
-state gone or corrupt fails the node at once with that
+(:class:`~rallypoint.rendezvous.errors.RendezvousJobMismatchError`). A node whose heartbeat
+has not been written for ``heartbeat_timeout`` (failing, or waiting for the backend) has failed:
+every later call raises :class:`~rallypoint.rendezvous.errors.RendezvousHeartbeatError`, and
+:attr:`RendezvousHandler.failure` says so without I/O (see :mod:`rallypoint.rendezvous.heartbeat`).
+A heartbeat that finds the run's state gone or corrupt fails the node at once with that
 :class:`~rallypoint.rendezvous.errors.RendezvousStateError`.
 """
 
@@ -31,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from rallypoint.rendezvous.backend import HeldWatch, RendezvousBackend
 from rallypoint.rendezvous.errors import (
+    RendezvousBackendError,
     RendezvousClosedError,
     RendezvousFinishedError,
     RendezvousHeartbeatError,
@@ -41,6 +43,7 @@ from rallypoint.rendezvous.errors import (
     extra_wait,
 )
 from rallypoint.rendezvous.factory import open_backend, select_backend
+from rallypoint.rendezvous.heartbeat import Heartbeat
 from rallypoint.rendezvous.round_io import KEEP_ROUNDS, RendezvousResult, RoundIO, WorkerStoreInfo, free_port
 from rallypoint.rendezvous.state import (
     CLOSED_KEY,
@@ -67,7 +70,6 @@ if TYPE_CHECKING:
     from rallypoint.rendezvous.config import RendezvousSection
 
 __all__ = [
-    "HEARTBEAT_ATTEMPTS",
     "KEEP_ROUNDS",
     "RendezvousHandler",
     "RendezvousResult",
@@ -81,10 +83,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("rallypoint.rendezvous")
-
-#: A failing heartbeat is retried at least this many times (and for ``heartbeat_timeout``) before
-#: the node fails.
-HEARTBEAT_ATTEMPTS = 3
 
 
 @dataclass(frozen=True)
@@ -158,12 +156,11 @@ class RendezvousHandler:
         self.clock = clock
         self._lock = threading.RLock()
         self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._heartbeat = Heartbeat(node.node_id, backend.run_id, self.timeouts, self._beat, clock, self._stop)
         self._last: RendezvousResult | None = None
         self._shut = False
         self._fingerprint = dict(fingerprint) if fingerprint is not None else None
         self._checked_in = False
-        self._failure: RendezvousHeartbeatError | RendezvousStateError | None = None
 
     @classmethod
     def from_selection(
@@ -298,7 +295,7 @@ class RendezvousHandler:
                 self.machine.node = replace(self.machine.node, master_port=free_port())
             self.io.ensure_ticket()
             self.machine.begin(self.clock())
-        self._start_heartbeats()
+        self._heartbeat.start()
         extended = 0
         while True:
             self._raise_failure()
@@ -347,20 +344,37 @@ class RendezvousHandler:
             RendezvousStateError: a heartbeat found the run's state gone or corrupt; it must stop.
         """
         self._raise_failure()
-        with self._lock:
+        # A heartbeat that waits for the backend holds the lock; the caller (a monitor) must not
+        # wait longer than a beat would, nor past its own failure (see Heartbeat.failure).
+        if not self._lock.acquire(timeout=self.timeouts.heartbeat_interval):
+            self._raise_failure()
+            raise RendezvousBackendError(
+                f"node {self.node_id!r}'s heartbeat is still waiting for the rendezvous backend"
+            )
+        try:
             last = self.machine.last_round
             h = self.io.read().header
             waiting = self._waiting(h)
+        finally:
+            self._lock.release()
         superseded = last is not None and h.round > last
         return RoundStatus(closed=h.closed, failed=h.failed, reason=h.reason, waiting=waiting, superseded=superseded)
 
-    def set_closed(self, reason: str = "", *, failed: bool = False) -> None:
+    def set_closed(self, reason: str = "", *, failed: bool = False, round_: int | None = None) -> bool:
         """Close the rendezvous for every node: the job is over; later rounds fail.
 
         Args:
             reason: why the job ends, e.g. ``"job succeeded (closed by node 'n0')"``; kept in
                 the header, where every node and ``rallypoint status`` read it.
             failed: the job failed for good: members stop their workers and report the failure.
+            round_: close only while this is the current round: an outcome of round ``r`` (its
+                workers succeeded, or failed for good) is the job's outcome only while no newer
+                round has opened (a node cut off and dropped meanwhile must never end the job
+                its peers carry on). ``None``: whatever the round.
+
+        Returns:
+            ``True`` when the rendezvous is closed (by this call or before); ``False`` when a
+            newer round than ``round_`` has opened: nothing was closed.
 
         Raises:
             RendezvousTimeoutError: the close did not succeed within the close timeout.
@@ -371,14 +385,18 @@ class RendezvousHandler:
         while True:
             with self._lock:
                 view = self.io.read()
+                if round_ is not None and not view.header.closed and view.header.round != round_:
+                    if marked:  # the marker of a close that did not happen: take it back
+                        self.backend.delete(CLOSED_KEY)
+                    return False
                 action = self.machine.close_header(view, reason, failed=failed)
                 if action is None:
-                    return
+                    return True
                 if not marked:  # first the marker: from now on a node checking in takes no ticket
                     self.backend.set(CLOSED_KEY, {"by": self.node_id, "reason": reason, "failed": failed})
                     marked = True
                 if self.io.apply(action):
-                    return
+                    return True
             if self.clock() >= deadline:
                 info = TimeoutInfo(
                     self.run_id,
@@ -442,8 +460,7 @@ class RendezvousHandler:
             return True
         self._shut = True
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=self.timeouts.heartbeat_interval + 5)
+        self._heartbeat.join(timeout=self.timeouts.heartbeat_interval + 5)
         with contextlib.suppress(Exception):
             if close:
                 self.set_closed()
@@ -462,13 +479,15 @@ class RendezvousHandler:
 
     @property
     def failure(self) -> RendezvousHeartbeatError | RendezvousStateError | None:
-        """Why this node failed, or ``None``.
+        """Why this node failed, or ``None``; no I/O, no lock (a fence may poll it).
 
-        A :class:`RendezvousHeartbeatError` when its heartbeat kept failing; the
-        :class:`RendezvousStateError` itself when a beat found the run's state gone or corrupt
-        (the same error the join or the monitor raises when it sees that first).
+        A :class:`RendezvousHeartbeatError` once its heartbeat has not been written for
+        ``heartbeat_timeout`` (its peers take it for dead by then), even while a beat still
+        waits for the backend; the :class:`RendezvousStateError` itself when a beat found the
+        run's state gone or corrupt (the same error the join or the monitor raises when it sees
+        that first).
         """
-        return self._failure
+        return self._heartbeat.failure
 
     def clear_failure(self) -> RendezvousHeartbeatError | RendezvousStateError | None:
         """Forget this node's heartbeat failure, so that it may join a new round.
@@ -479,19 +498,13 @@ class RendezvousHandler:
         Returns:
             The failure that was cleared, or ``None`` when the node had not failed.
         """
-        failure = self._failure
-        if failure is None:
-            return None
-        if self._thread is not None:
-            self._thread.join(timeout=self.timeouts.heartbeat_interval + 5)  # it ends once it set the failure
-            self._thread = None
-        self._failure = None
-        return failure
+        return self._heartbeat.clear()
 
     # -- internals -----------------------------------------------------------------------
     def _raise_failure(self) -> None:
-        if self._failure is not None:
-            raise self._failure
+        failure = self._heartbeat.failure
+        if failure is not None:
+            raise failure
 
     def _check_in(self) -> View:
         """First contact: refuse a finished run, and a different job under the same run id.
@@ -517,50 +530,6 @@ class RendezvousHandler:
         if self.pm is None:
             return None
         return extra_wait(self.pm.hook.rallypoint_rendezvous_timed_out(info=info), info, extended)
-
-    def _start_heartbeats(self) -> None:
-        if self._thread is not None:
-            return
-        # The first beat comes one interval from now, not at once: a peer that reads no
-        # heartbeat record yet starts its timeout from that observation, and the record changes
-        # (appears) well within heartbeat_timeout. Writing at once would put N more writes
-        # into the moment N nodes join together.
-        self._thread = threading.Thread(
-            target=self._heartbeat_loop, name=f"rallypoint-heartbeat-{self.node_id}", daemon=True
-        )
-        self._thread.start()
-
-    def _heartbeat_loop(self) -> None:
-        """Beat every interval; a beat that keeps failing fails the node.
-
-        A failing beat is retried, at least :data:`HEARTBEAT_ATTEMPTS` times and for
-        ``heartbeat_timeout`` (by then the peers take this node for dead); then :attr:`failure` is
-        set and every later call of the handler raises it. A beat that finds the rendezvous state
-        gone or corrupt sets that :class:`RendezvousStateError` itself at once: no retry can mend
-        it, and it reads the same whether the beat or the join loop saw it first.
-        """
-        interval = self.timeouts.heartbeat_interval
-        failing_since: float | None = None
-        attempts = 0
-        while not self._stop.wait(interval):
-            try:
-                self._beat()
-            except Exception as exc:  # noqa: BLE001 - retried, then reported as the node's failure
-                now = self.clock()
-                attempts += 1
-                if failing_since is None:
-                    failing_since = now
-                    log.warning("node %r: heartbeat failed (%s: %s); retrying", self.node_id, type(exc).__name__, exc)
-                elapsed = now - failing_since
-                if isinstance(exc, RendezvousStateError):  # gone or corrupt: nothing to wait for
-                    self._failure = exc
-                    return
-                if attempts >= HEARTBEAT_ATTEMPTS and elapsed >= self.timeouts.heartbeat_timeout:
-                    # the agent (or the caller) reports it: every later call raises it
-                    self._failure = RendezvousHeartbeatError(self.node_id, self.run_id, attempts, elapsed, exc)
-                    return
-                continue
-            failing_since, attempts = None, 0
 
     def _beat(self) -> None:
         """One heartbeat, and the liveness check of the watched peers while a round runs."""
