@@ -59,3 +59,45 @@ def test_two_hosts_run_a_job_on_the_agent_hosted_grpc_server(hosts, tmp_path: Pa
     assert {s["sum"] for s in seen} == {10.0}
     assert {s["host"] for s in seen} == {h.name for h in net.hosts}
     assert not (tmp_path / "rdzv").exists()
+
+
+def test_an_agent_started_long_before_the_one_that_serves_waits_for_it(hosts, tmp_path: Path) -> None:
+    """Start order does not matter: an agent waits for the server up to the join timeout.
+
+    The agent on the second host starts 8 s (more than the client's retry_timeout, 5 s) before the
+    agent that serves the rendezvous. It used to exit 1 at its first call, leaving the hosting
+    agent waiting for it for the whole join timeout.
+    """
+    import time
+
+    net = hosts(2)
+    script = tmp_path / "job.py"
+    script.write_text(textwrap.dedent(ALL_REDUCE))
+    out = tmp_path / "out"
+    out.mkdir()
+    endpoint = f"{net.hosts[0].addr}:29556"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RALLYPOINT_", "GLOO_", "NCCL_"))}
+
+    def start(host) -> subprocess.Popen[str]:
+        argv = [*CLI, "run", "--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "grpc",
+                "--rdzv-endpoint", endpoint, "--run-id", "grpc-late", "--max-restarts", "0",
+                "--local-addr", host.addr, str(script), str(out)]  # fmt: skip
+        return host.popen(argv, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+    early = start(net.hosts[1])
+    time.sleep(8)
+    assert early.poll() is None, early.communicate()[0]
+    server = start(net.hosts[0])
+    outputs = []
+    for proc in (early, server):
+        try:
+            output, _ = proc.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            output, _ = proc.communicate()
+        outputs.append(output)
+    assert [early.returncode, server.returncode] == [0, 0], outputs
+    assert "does not answer yet" in outputs[0], outputs[0]  # it said what it waits for, once
+    assert outputs[0].count("does not answer yet") == 1, outputs[0]
+    assert "reached the rendezvous after waiting" in outputs[0], outputs[0]
+    assert {json.loads((out / f"rank{r}.json").read_text())["sum"] for r in range(2)} == {3.0}

@@ -92,6 +92,9 @@ class GrpcBackend:
     """
 
     supports_ttl = True
+    #: The host whose agent serves this rendezvous when its state lives and dies with that agent
+    #: (agent-hosted, no ``data_dir``, another host); ``None``: it outlives any one node.
+    hosted_by: str | None = None
 
     def __init__(
         self,
@@ -489,8 +492,7 @@ def create_grpc_backend(run_id: str, options: Any) -> GrpcBackend:
         token = read_token(opts.token_file, opts.token_env)
     except ValueError as exc:
         raise RendezvousBackendError(f"rendezvous.options: {exc}") from None
-    if opts.serve == "auto":
-        host_server(opts, token)
+    hosted_here = host_server(opts, token) if opts.serve == "auto" else None
     backend = GrpcBackend(
         opts.endpoint,
         run_id,
@@ -500,5 +502,9 @@ def create_grpc_backend(run_id: str, options: Any) -> GrpcBackend:
         retry_timeout=opts.retry_timeout,
         max_message_bytes=opts.max_message_bytes,
     )
+    if opts.serve == "auto" and hosted_here is None and opts.data_dir is None:
+        # another node's agent serves it and keeps nothing on disk: the job's rendezvous lives
+        # and dies with that agent (the agent fails fast when it is lost; see docs/grpc.md)
+        backend.hosted_by = parse_endpoint(opts.endpoint)[0]
     backend.probe(min(_PROBE_WAIT, opts.retry_timeout))
     return backend

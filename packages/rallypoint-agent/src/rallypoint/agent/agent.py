@@ -42,11 +42,13 @@ from rallypoint.agent import rejoin as rejoining
 from rallypoint.agent.console import agent_line
 from rallypoint.agent.env import WorkerContext, worker_environment
 from rallypoint.agent.error_files import read_error_file
+from rallypoint.agent.exit_barrier import exit_barrier
 from rallypoint.agent.fence import Fence
 from rallypoint.agent.logs import WorkerLogs, tee_selects
 from rallypoint.agent.peers import running_status, vanished_peer
 from rallypoint.agent.ranks import RankAssignment, RankNode, WorkerRanks, compute_assignment
-from rallypoint.agent.report import FailureReport, WorkerFailure, failures_from_store
+from rallypoint.agent.report import FailureReport, WorkerFailure
+from rallypoint.agent.restart_budget import RESTARTS_KEY, RestartBudget
 from rallypoint.agent.settings import AgentResult, AgentSettings, AgentSignal, Outcome, install_signal_handlers
 from rallypoint.agent.waiting import waiting_line
 from rallypoint.agent.warm import WarmLauncher
@@ -58,21 +60,20 @@ if TYPE_CHECKING:
     from rallypoint.core.plugins import RallypointPluginManager
     from rallypoint.rendezvous.handler import RendezvousHandler, RendezvousResult
 
-__all__ = ["AgentResult", "AgentSettings", "ElasticAgent", "Outcome", "WatchdogExpiry", "WatchdogServer"]
+__all__ = [
+    "ABORT_KEY",
+    "RESTARTS_KEY",
+    "AgentResult",
+    "AgentSettings",
+    "ElasticAgent",
+    "Outcome",
+    "WatchdogExpiry",
+    "WatchdogServer",
+]
 
 log = logging.getLogger("rallypoint.agent")
 
-RESTARTS_KEY = "agent/restarts"
 ABORT_KEY = "agent/abort"
-FAILURES_PREFIX = "agent/failures/"
-
-
-def _restart_claim_key(round_: int) -> str:
-    return f"agent/restart-claim/{round_}"
-
-
-def _done_key(round_: int) -> str:
-    return f"agent/done/{round_}"
 
 
 class ElasticAgent:
@@ -104,6 +105,7 @@ class ElasticAgent:
             settings.preload, env=settings.preload_env, console=console, keep=settings.preload_keep
         )
         self._signal: int | None = None
+        self.budget = RestartBudget(self.backend, handler.node_id, settings.max_restarts, self.say, pm)
         self._watchdog: WatchdogServer | None = None
         self._expired: dict[int, WatchdogExpiry] = {}
         self.rounds = 0
@@ -170,11 +172,14 @@ class ElasticAgent:
             except rejoining.RejoinTimedOut as exc:
                 return self._rejoin_failed(exc)
             except (RendezvousBackendError, RendezvousHeartbeatError) as exc:
-                # lost while waiting for a round: ridden out once this node has reached the
-                # backend (a heartbeat ran, or it was a member); the first call fails as before
-                if not rejoining.lost_contact(exc) or (self.rounds == 0 and isinstance(exc, RendezvousBackendError)):
+                # lost while waiting for a round, or not reached yet: waited for, up to the join
+                # timeout (the agent that serves it may start after this one)
+                if not rejoining.lost_contact(exc):
                     raise
-                self._lose(None, exc)
+                if self.rounds == 0 and isinstance(exc, RendezvousBackendError) and self._lost is None:
+                    self._await_first_contact(exc)
+                else:
+                    self._lose(None, exc)
                 continue
             try:
                 ended = self._round(result)
@@ -192,7 +197,10 @@ class ElasticAgent:
         with waiting_line(self.handler, self.console or sys.stderr):
             result = self.handler.next_rendezvous() if lost is None else rejoining.rejoin(self.handler, lost)
         self._contact = time.monotonic()
-        if lost is not None:
+        if lost is not None and lost.first:
+            self._lost = None
+            self.say(rejoining.reached_message(self._contact - lost.started))
+        elif lost is not None:
             self._lost = None
             self.rejoins += 1
             self.say(
@@ -204,12 +212,12 @@ class ElasticAgent:
     def _round(self, result: RendezvousResult) -> AgentResult | None:
         """Run one round's workers; the agent's result when the job ended, ``None`` for the next round."""
         self.rounds += 1
-        restarts = self._restarts()
+        restarts = self.budget.used()
         self._outcome = None
         outcome, failures = self._run_attempt(result, self._assign_or_abort(result), restarts)
         self._outcome = outcome
         if outcome is Outcome.SUCCEEDED:
-            outcome = self._exit_barrier(result)
+            outcome = exit_barrier(self.handler, result, self.settings.exit_barrier_timeout, self.say)
             if outcome is Outcome.SUCCEEDED:
                 if not self._close(f"job succeeded (closed by node {self.handler.node_id!r})", round_=result.round):
                     self.say(rejoining.superseded_message(result.round, "finished"))
@@ -228,8 +236,8 @@ class ElasticAgent:
             if status is not None and status.superseded:  # the job went on without this node
                 self.say(rejoining.superseded_message(result.round, "failed"))
                 return None
-            self._publish(failures)
-            if self._may_restart(result, failures):
+            self.budget.record(failures)
+            if self.budget.may_restart(result.round, failures):
                 return None
             reason = f"job failed after {restarts} of {self.settings.max_restarts} restart(s)"
             if not self._close(f"{reason} (closed by node {self.handler.node_id!r})", failed=True, round_=result.round):
@@ -240,18 +248,34 @@ class ElasticAgent:
         return None
 
     def _lose(self, round_: int | None, exc: BaseException) -> None:
-        """Lost the rendezvous: say so once, and rejoin (no restart counted)."""
+        """Lost the rendezvous: say so once, and rejoin (no restart counted).
+
+        A rendezvous that lived in another node's agent (see :func:`rejoining.hosted_by`) is
+        waited for one ``heartbeat_timeout`` only: when that agent is gone, so is the job's state.
+        """
         workers = rejoining.workers_fate(self._outcome if round_ is not None else Outcome.MEMBERSHIP)
-        self._lost = rejoining.Lost(round_, self._contact, time.monotonic(), workers)
+        server = rejoining.hosted_by(self.backend)
+        window = self.handler.timeouts.heartbeat_timeout if server is not None else None
+        self._lost = rejoining.Lost(round_, self._contact, time.monotonic(), workers, window=window, server_host=server)
         self._outcome = None
-        self.say(rejoining.lost_message(self._lost, exc, self._endpoint(), self.handler.timeouts.join))
+        self.say(rejoining.lost_message(self._lost, exc, self._endpoint(), window or self.handler.timeouts.join))
+
+    def _await_first_contact(self, exc: BaseException) -> None:
+        """The rendezvous did not answer this node's first contact: wait for it until the join timeout."""
+        self._lost = rejoining.Lost(None, self._contact, self._contact, "no worker ran", first=True)
+        self.say(rejoining.waiting_message(exc, self._endpoint(), self.handler.timeouts.join))
 
     def _endpoint(self) -> str:
         return self.settings.rendezvous_endpoint or type(self.backend).__name__
 
     def _rejoin_failed(self, exc: rejoining.RejoinTimedOut) -> AgentResult:
-        """The backend did not answer again within the join timeout: this node fails."""
-        self.say(rejoining.rejoin_failed_message(exc, self._endpoint(), self.handler.timeouts.join))
+        """The backend did not answer again within the join timeout (or its agent is gone): this node fails."""
+        lost = self._lost
+        if lost is not None and lost.server_host is not None:
+            self.say(rejoining.server_lost_message(lost, exc, self._endpoint()))
+        else:
+            first = lost is not None and lost.first
+            self.say(rejoining.rejoin_failed_message(exc, self._endpoint(), self.handler.timeouts.join, first=first))
         return self._result(1)
 
     def _result(self, exit_code: int, report: FailureReport | None = None, *, restarts: int = 0) -> AgentResult:
@@ -460,73 +484,6 @@ class ElasticAgent:
             log_file=str(log_file) if log_file else None,
         )
 
-    # -- job-wide state in the rendezvous store -----------------------------------------------
-    def _restarts(self) -> int:
-        entry = self.backend.get(RESTARTS_KEY)
-        return int(entry.value) if entry is not None else 0
-
-    def _publish(self, failures: list[WorkerFailure]) -> None:
-        for f in failures:
-            key = f"{FAILURES_PREFIX}{f.attempt}/{f.node_id}/{f.rank}"
-            self.backend.set(key, f.to_json())
-        for f in failures:
-            self.say(f"worker {f.headline()}")
-
-    def _may_restart(self, result: RendezvousResult, failures: list[WorkerFailure]) -> bool:
-        """Decide (once per round, job-wide) whether the job restarts after a failure."""
-        decision = None
-        if self.pm is not None and failures:
-            decision = self.pm.hook.rallypoint_agent_should_restart(failure=failures[0])
-        claimed, _ = self.backend.compare_and_set(_restart_claim_key(result.round), self.handler.node_id, version=None)
-        if not claimed:
-            return True  # another node already decided for this round; the rendezvous tells us the rest
-        if decision is False:
-            self.say("a rallypoint_agent_should_restart hook declined the restart")
-            return False
-        used = self._restarts()
-        if decision is None and used >= self.settings.max_restarts:
-            return False
-        count = self.backend.add(RESTARTS_KEY, 1)
-        self.say(f"restarting the job ({count} of {self.settings.max_restarts} restart(s) used)")
-        return True
-
-    def _exit_barrier(self, result: RendezvousResult) -> Outcome:
-        """Wait until every node's workers finished.
-
-        Returns:
-            ``SUCCEEDED`` when they did (or the barrier timed out), ``MEMBERSHIP`` when the round
-            restarted meanwhile, ``CLOSED`` when another node closed the job as failed.
-        """
-        key = _done_key(result.round)
-        self.backend.add(key, 1)
-        deadline = time.monotonic() + self.settings.exit_barrier_timeout
-        while True:
-            entry = self.backend.get(key)
-            if entry is not None and int(entry.value) >= result.num_nodes:
-                return Outcome.SUCCEEDED
-            # one read of the header decides: a close by another node between two reads was
-            # taken for a membership change (and a finished job for a failed one)
-            status = self.handler.round_status()
-            if status.closed:
-                return Outcome.CLOSED if status.failed else Outcome.SUCCEEDED
-            if status.superseded:
-                return Outcome.MEMBERSHIP
-            left = deadline - time.monotonic()
-            if left <= 0:
-                self.say(
-                    f"exit barrier: {int(entry.value) if entry else 0} of {result.num_nodes} node(s) finished "
-                    f"within {self.settings.exit_barrier_timeout:g}s; exiting anyway"
-                )
-                return Outcome.SUCCEEDED
-            self.backend.watch(key, version=entry.version if entry else None, timeout=min(left, 0.5))
-
-    def _gather_report(self, restarts: int) -> FailureReport:
-        entries = self.backend.list(FAILURES_PREFIX)
-        failures = failures_from_store([e.value for e in entries.values()])
-        return FailureReport.build(
-            self.settings.run_id, failures, restarts=restarts, max_restarts=self.settings.max_restarts
-        )
-
     def _fail(self, restarts: int, *, closed_by: str | None = None) -> AgentResult:
         """Print (and save) the job's root-cause report; exit 1.
 
@@ -535,7 +492,7 @@ class ElasticAgent:
             closed_by: why another node closed the job (printed after the report); ``None``:
                 this node closed it as failed (every other node then prints the same report).
         """
-        report = self._gather_report(restarts)
+        report = self.budget.report(self.settings.run_id, restarts)
         saved = report.save(self.settings.log_dir / "failure.json")  # never raises: the console report comes first
         tail = f"\n{closed_by}; this node's workers were stopped" if closed_by else ""
         self.say("job failed\n" + report.format() + f"\n\n{saved}" + tail)
@@ -551,7 +508,7 @@ class ElasticAgent:
         this node did no work after it was dropped. A member whose workers had not finished
         exits 1.
         """
-        restarts = self._restarts()
+        restarts = self.budget.used()
         abort = self.backend.get(ABORT_KEY)
         if abort is not None:
             value = abort.value if isinstance(abort.value, dict) else {}

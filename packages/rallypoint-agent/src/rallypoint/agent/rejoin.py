@@ -39,12 +39,16 @@ __all__ = [
     "Lost",
     "RejoinTimedOut",
     "dropped_message",
+    "hosted_by",
     "lost_contact",
     "lost_message",
+    "reached_message",
     "rejoin",
     "rejoin_failed_message",
+    "server_lost_message",
     "succeeded_without_message",
     "superseded_message",
+    "waiting_message",
     "workers_fate",
 ]
 
@@ -77,12 +81,19 @@ class Lost:
         last_contact: monotonic time of its last answer from the backend.
         started: monotonic time it started rejoining (the join timeout counts from here).
         workers: what became of its workers in that round, for messages ("were stopped"...).
+        first: it never reached the rendezvous yet (its first contact: no heartbeat to write).
+        window: how long it may try, from ``started`` (``None``: the join timeout).
+        server_host: the host whose agent served the rendezvous, when the rendezvous lived and
+            died with that agent (see :func:`hosted_by`): the node fails sooner, naming it.
     """
 
     round: int | None
     last_contact: float
     started: float
     workers: str
+    first: bool = False
+    window: float | None = None
+    server_host: str | None = None
 
     @property
     def lost_for(self) -> float:
@@ -132,7 +143,7 @@ def rejoin(
     """
     from rallypoint.rendezvous.errors import RendezvousBackendError, RendezvousHeartbeatError
 
-    deadline = lost.started + handler.timeouts.join
+    deadline = lost.started + (lost.window if lost.window is not None else handler.timeouts.join)
     longest = min(MAX_BACKOFF, max(0.1, handler.timeouts.heartbeat_interval))
     delay = min(INITIAL_BACKOFF, longest)
     attempts = 0
@@ -141,8 +152,9 @@ def rejoin(
         attempts += 1
         try:
             # first its own heartbeat: a node whose heartbeats still cannot be written would be
-            # dropped again from every round it joins
-            handler.io.heartbeat()
+            # dropped again from every round it joins (a first contact has none yet)
+            if not lost.first:
+                handler.io.heartbeat()
             return handler.next_rendezvous()
         except (RendezvousBackendError, RendezvousHeartbeatError) as exc:
             if not lost_contact(exc):
@@ -203,8 +215,50 @@ def superseded_message(round_: int, what: str) -> str:
     )
 
 
-def rejoin_failed_message(exc: RejoinTimedOut, endpoint: str, join_timeout: float) -> str:
-    """Why a node that could not rejoin fails."""
+def hosted_by(backend: object) -> str | None:
+    """The host whose agent serves ``backend``'s rendezvous, when the rendezvous dies with it.
+
+    A backend says so with a ``hosted_by`` attribute (the gRPC backend when another node's agent
+    serves it and keeps nothing on disk); ``None`` for a rendezvous that outlives any one node.
+    """
+    host = getattr(backend, "hosted_by", None)
+    return host if isinstance(host, str) and host else None
+
+
+def waiting_message(exc: BaseException, endpoint: str, join_timeout: float) -> str:
+    """What a node says when the rendezvous does not answer its first contact (it waits for it)."""
+    return (
+        f"the rendezvous ({endpoint}) does not answer yet ({type(exc).__name__}: {exc}); waiting for it "
+        f"until the join timeout ({join_timeout:g}s): the agent that serves it, or the server, may start later"
+    )
+
+
+def reached_message(waited: float) -> str:
+    """What a node says when its first contact finally reached the rendezvous."""
+    return f"reached the rendezvous after waiting {waited:.1f}s for it"
+
+
+def server_lost_message(lost: Lost, exc: RejoinTimedOut, endpoint: str) -> str:
+    """Why a node fails when the agent that served the rendezvous is gone."""
+    return (
+        f"this node fails: the rendezvous was served by the agent on {lost.server_host} ({endpoint}), which has "
+        f"not answered for {exc.seconds:.1f}s after this node's heartbeat failed; that agent or its host is gone, "
+        "and the job's rendezvous state with it (it kept none on disk). Start the job again; to let a job outlive "
+        "the agent that serves its rendezvous, set rendezvous.options.data_dir (its agent restarted on that host "
+        f"serves the same state) or use a standalone server (rallypoint rdzv serve) or etcd. Last error "
+        f"{type(exc.error).__name__}: {exc.error}"
+    )
+
+
+def rejoin_failed_message(exc: RejoinTimedOut, endpoint: str, join_timeout: float, *, first: bool = False) -> str:
+    """Why a node that could not rejoin (or, ``first``, never reached the rendezvous) fails."""
+    if first:
+        return (
+            f"this node fails: the rendezvous ({endpoint}) did not answer within the join timeout "
+            f"({join_timeout:g}s, {exc.attempts} attempt(s)); last error {type(exc.error).__name__}: {exc.error}. "
+            "Check the endpoint, that the server (or the agent that serves it) runs, and that this host reaches "
+            "it (network, firewall), or raise rendezvous.join_timeout"
+        )
     return (
         f"this node fails: it could not rejoin the job, the rendezvous ({endpoint}) did not answer for "
         f"{exc.seconds:.1f}s of retries ({exc.attempts} attempt(s), join timeout {join_timeout:g}s); last error "

@@ -39,8 +39,6 @@ __all__ = [
 _FLAG = "(command line)"
 #: torchrun's port of the c10d rendezvous when the endpoint has none.
 C10D_PORT = 29400
-#: How long a node waits for the agent that hosts the rendezvous (torchrun's store clients: 60 s).
-C10D_WAIT = 60
 #: torchrun's ``--master-port`` default.
 MASTER_PORT = 29500
 #: The backends torchrun names, as rallypoint's.
@@ -515,10 +513,6 @@ def torchrun_overrides(
     add("agent.tee", flags.get("tee"), "--tee")  # [agent] reads the text, torchrun's 0-3 included
     if flags.get("redirects") is not None:
         out += _redirects(flags["redirects"], flags.get("tee") is not None)
-    hosted = is_static(flags) or flags.get("rdzv_backend") == "c10d"
-    if hosted and not flags.get("standalone"):  # torchrun's store clients wait 60 s for the host
-        source = "--node-rank" if is_static(flags) else "--rdzv-backend"
-        out.append(("rendezvous.options.retry_timeout", float(C10D_WAIT), _src(source)))
     if flags.get("rdzv_conf"):
         out += _rdzv_conf(flags["rdzv_conf"], backend)
     add("agent.role", flags.get("role"), "--role")
