@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from rallypoint.agent.netif import interface_addresses, interface_for_address, socket_ifname_env
+from rallypoint.agent.netif import socket_ifname_env
+from rallypoint.rendezvous.netif import interface_addresses, interface_for_address
 
 
 def _non_loopback() -> tuple[str, str] | None:

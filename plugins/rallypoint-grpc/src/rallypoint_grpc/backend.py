@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import atexit
 import errno
+import ipaddress
 import json
 import logging
 import socket
@@ -92,8 +93,8 @@ class GrpcBackend:
     """
 
     supports_ttl = True
-    #: The host whose agent serves this rendezvous when its state lives and dies with that agent
-    #: (agent-hosted, no ``data_dir``, another host); ``None``: it outlives any one node.
+    #: ``HOST:PORT`` of the agent that serves this rendezvous when its state lives and dies with
+    #: that agent (agent-hosted, no ``data_dir``, another agent); ``None``: it outlives any one node.
     hosted_by: str | None = None
 
     def __init__(
@@ -391,6 +392,36 @@ def _local_address(host: str, port: int) -> str | None:
     return str(sockaddr[0])
 
 
+def _own_address_too(host: str, bound: str) -> tuple[str, ...]:
+    """The host's routable address, when the endpoint names this host by a name that maps to loopback.
+
+    On many cloud images a host's own name resolves to 127.0.0.1 there and to its real address
+    everywhere else: the endpoint ``node0:29400`` then means loopback to the agent on node0 and
+    node0's address to the others. The server binds both, so agents on this host (which
+    resolve the name to loopback) and on the others reach it.
+    """
+    from rallypoint.rendezvous.netif import is_loopback, routable_address
+
+    try:
+        ipaddress.ip_address(host)
+        return ()  # an address, not a name: it means what it says
+    except ValueError:
+        pass
+    if host == "localhost" or not is_loopback(bound):
+        return ()
+    route = routable_address()
+    if route is None:
+        log.warning(
+            "the endpoint's host %r resolves to %s here, and this host has several addresses besides loopback: "
+            "serving on %s only; give the endpoint as this host's IP address",
+            host,
+            bound,
+            bound,
+        )
+        return ()
+    return (route.address,)
+
+
 def _linger(server: Any, limit: float) -> None:
     """At exit, keep serving until the other nodes have been quiet for a second (``limit`` at most)."""
     deadline = time.monotonic() + limit
@@ -425,8 +456,15 @@ def host_server(opts: GrpcOptions, token: str | None) -> Any | None:
                 log.info("not hosting %s: TLS is on but this node has no tls_cert/tls_key", opts.endpoint)
                 return None
             tls = TlsFiles(cert=opts.tls_cert, key=opts.tls_key, ca=opts.tls_ca if opts.mutual_tls else None)
+        also = _own_address_too(host, address)
         config = ServerConfig(
-            address, port, token=token, tls=tls, data_dir=opts.data_dir, max_message_bytes=opts.max_message_bytes
+            address,
+            port,
+            token=token,
+            tls=tls,
+            data_dir=opts.data_dir,
+            max_message_bytes=opts.max_message_bytes,
+            also=also,
         )
         try:
             server = RendezvousServer(config).start()
@@ -505,6 +543,6 @@ def create_grpc_backend(run_id: str, options: Any) -> GrpcBackend:
     if opts.serve == "auto" and hosted_here is None and opts.data_dir is None:
         # another node's agent serves it and keeps nothing on disk: the job's rendezvous lives
         # and dies with that agent (the agent fails fast when it is lost; see docs/grpc.md)
-        backend.hosted_by = parse_endpoint(opts.endpoint)[0]
+        backend.hosted_by = opts.endpoint
     backend.probe(min(_PROBE_WAIT, opts.retry_timeout))
     return backend

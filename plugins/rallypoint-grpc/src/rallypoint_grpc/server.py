@@ -182,6 +182,8 @@ class ServerConfig:
     Args:
         host: the address to bind (an interface address, or ``0.0.0.0`` / ``::`` for all).
         port: the port; 0 picks a free one.
+        also: more addresses to bind with the same port (the host's own address, when its name
+            maps to loopback and the endpoint names it; see ``backend.host_server``).
         token: the shared token every call must carry (``None``: no token).
         tls: server certificate and key, and the client CA for mutual TLS (``None``: plain TCP).
         data_dir: persist the state here (``None``: memory only).
@@ -199,8 +201,9 @@ class ServerConfig:
         data_dir: str | os.PathLike[str] | None = None,
         limits: Limits | None = None,
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+        also: tuple[str, ...] = (),
     ) -> None:
-        self.host, self.port, self.token, self.tls = host, port, token, tls
+        self.host, self.port, self.token, self.tls, self.also = host, port, token, tls, also
         self.data_dir, self.limits, self.max_message_bytes = data_dir, limits or Limits(), max_message_bytes
 
 
@@ -218,18 +221,21 @@ async def start_server(config: ServerConfig) -> tuple[grpc.aio.Server, Rendezvou
     )
     service = RendezvousService(Store(config.limits, config.data_dir))
     pb_grpc.add_RendezvousServicer_to_server(service, server)  # type: ignore[no-untyped-call]
-    address = format_endpoint(config.host, config.port)
-    try:
-        if config.tls is not None:
-            port = server.add_secure_port(address, server_credentials(config.tls))
-        else:
-            port = server.add_insecure_port(address)
-    except RuntimeError as exc:  # grpcio raises RuntimeError on a failed bind
-        service.store.close()
-        raise OSError(f"cannot bind the rendezvous server to {address}: {exc}") from None
-    if port == 0:
-        service.store.close()
-        raise OSError(f"cannot bind the rendezvous server to {address}")
+    port = config.port
+    for host in (config.host, *config.also):  # the first bind picks the port the others share
+        address = format_endpoint(host, port)
+        try:
+            if config.tls is not None:
+                bound = server.add_secure_port(address, server_credentials(config.tls))
+            else:
+                bound = server.add_insecure_port(address)
+        except RuntimeError as exc:  # grpcio raises RuntimeError on a failed bind
+            service.store.close()
+            raise OSError(f"cannot bind the rendezvous server to {address}: {exc}") from None
+        if bound == 0:
+            service.store.close()
+            raise OSError(f"cannot bind the rendezvous server to {address}")
+        port = bound
     await server.start()
     return server, service, port
 

@@ -250,15 +250,14 @@ class ElasticAgent:
     def _lose(self, round_: int | None, exc: BaseException) -> None:
         """Lost the rendezvous: say so once, and rejoin (no restart counted).
 
-        A rendezvous that lived in another node's agent (see :func:`rejoining.hosted_by`) is
-        waited for one ``heartbeat_timeout`` only: when that agent is gone, so is the job's state.
+        A rendezvous that lived in another node's agent (see :func:`rejoining.hosted_by`) is given
+        up once that agent is gone (its port refuses connections): so is the job's state.
         """
         workers = rejoining.workers_fate(self._outcome if round_ is not None else Outcome.MEMBERSHIP)
         server = rejoining.hosted_by(self.backend)
-        window = self.handler.timeouts.heartbeat_timeout if server is not None else None
-        self._lost = rejoining.Lost(round_, self._contact, time.monotonic(), workers, window=window, server_host=server)
+        self._lost = rejoining.Lost(round_, self._contact, time.monotonic(), workers, server=server)
         self._outcome = None
-        self.say(rejoining.lost_message(self._lost, exc, self._endpoint(), window or self.handler.timeouts.join))
+        self.say(rejoining.lost_message(self._lost, exc, self._endpoint(), self.handler.timeouts.join))
 
     def _await_first_contact(self, exc: BaseException) -> None:
         """The rendezvous did not answer this node's first contact: wait for it until the join timeout."""
@@ -271,8 +270,8 @@ class ElasticAgent:
     def _rejoin_failed(self, exc: rejoining.RejoinTimedOut) -> AgentResult:
         """The backend did not answer again within the join timeout (or its agent is gone): this node fails."""
         lost = self._lost
-        if lost is not None and lost.server_host is not None:
-            self.say(rejoining.server_lost_message(lost, exc, self._endpoint()))
+        if lost is not None and exc.gone:
+            self.say(rejoining.server_lost_message(lost, exc))
         else:
             first = lost is not None and lost.first
             self.say(rejoining.rejoin_failed_message(exc, self._endpoint(), self.handler.timeouts.join, first=first))

@@ -194,13 +194,11 @@ def run(
     --local-ranks-filter, --duplicate-stdout-filters, --duplicate-stderr-filters,
     --logs-specs, --numa-binding, --virtual-local-rank.
     """
-    from rallypoint.agent.agent import ElasticAgent
     from rallypoint.agent.config import AgentSection
-    from rallypoint.agent.plan import NodeFacts, plan_job
+    from rallypoint.agent.plan import NodeFacts, plan_job, route_targets
     from rallypoint.agent.torchrun_flags import from_environment, static_node_env, torchrun_overrides
     from rallypoint.core.cli import plugin_manager
     from rallypoint.core.commands import _parse_set
-    from rallypoint.rendezvous.handler import RendezvousHandler
 
     _check_node_names(click.get_current_context(), node_id=node_id, host_name=host_name)
     warm = _warm_overrides(flags.pop("preload"), flags.pop("preload_keep"))
@@ -218,15 +216,27 @@ def run(
     pm = plugin_manager()
     resolved = _resolve(job_file, overrides, _endpoint(flags), pm)
     facts = NodeFacts.gather(
-        job_file=job_file, script_from_cli=bool(script), host_name=host_name, node_id=node_id, local_addr=local_addr
+        job_file=job_file,
+        script_from_cli=bool(script),
+        host_name=host_name,
+        node_id=node_id,
+        local_addr=local_addr,
+        route_to=route_targets(resolved),
     )
     if static_node_env(flags):  # static rendezvous: the env rank strategy reads the node rank from here
         facts = replace(facts, environ={**facts.environ, **static_node_env(flags)})
     plan = plan_job(resolved, facts)
     if dry_run:
-        return _dry_run(resolved, plan)
+        return _dry_run(resolved, plan, facts.address_note)
     _check_log_dir(plan.settings.log_dir, resolved.loaded.source_of("agent.log_dir"))
-    agent = resolved.section(AgentSection)
+    return _start(plan, resolved.section(AgentSection), pm, facts.address_note)
+
+
+def _start(plan: JobPlan, agent: AgentSection, pm: RallypointPluginManager, note: str | None) -> int:
+    """Join the rendezvous and run this node's agent until the job ends; its exit code."""
+    from rallypoint.agent.agent import ElasticAgent
+    from rallypoint.rendezvous.handler import RendezvousHandler
+
     rdzv = plan.rendezvous
     if agent.role != "default":  # nodes of one job share a role: one with another is refused as another job
         rdzv = replace(rdzv, fingerprint={**rdzv.fingerprint, "role": agent.role})
@@ -240,7 +250,10 @@ def run(
         pm=pm,
         fingerprint=rdzv.fingerprint,
     )
-    return ElasticAgent(handler, _torchrun_settings(plan.settings, agent), pm=pm).run().exit_code
+    elastic = ElasticAgent(handler, _torchrun_settings(plan.settings, agent), pm=pm)
+    if note:
+        elastic.say(note)
+    return elastic.run().exit_code
 
 
 def _warm_overrides(preload: str | None, keep: str | None) -> list[tuple[str, Any, str]]:
@@ -283,7 +296,7 @@ def _torchrun_settings(settings: AgentSettings, agent: AgentSection) -> AgentSet
     )
 
 
-def _dry_run(resolved: ResolvedConfig, plan: JobPlan) -> int:
+def _dry_run(resolved: ResolvedConfig, plan: JobPlan, address_note: str | None = None) -> int:
     """``--dry-run``: the resolved job with the source of every value, this node, and what each worker runs."""
     import shlex
 
@@ -293,6 +306,8 @@ def _dry_run(resolved: ResolvedConfig, plan: JobPlan) -> int:
     click.echo(render_resolved(resolved), nl=False)
     click.echo(f"\n# run id: {plan.rendezvous.run_id}")
     click.echo(f"# this node: {node.node_id} at {node.addr}, {node.local_world_size} worker(s)")
+    if address_note:
+        click.echo(f"# {address_note}")
     click.echo(f"# worker command: {shlex.join(plan.settings.argv)}")
     return 0
 

@@ -17,7 +17,7 @@ import os
 import socket
 import sys
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -26,7 +26,7 @@ from pydantic import BaseModel
 
 from rallypoint.agent.config import MAX_NPROC_PER_NODE, AgentSection, JobSection, NodesSection
 from rallypoint.agent.logs import parse_tee
-from rallypoint.agent.netif import interface_for_address, socket_ifname_env
+from rallypoint.agent.netif import socket_ifname_env
 from rallypoint.agent.node import node_record
 from rallypoint.agent.records import RankStrategyRecord
 from rallypoint.agent.settings import AgentSettings
@@ -36,6 +36,7 @@ from rallypoint.core.errors import ConfigError, ConfigIssue
 from rallypoint.core.records import BackendRecord
 from rallypoint.rendezvous.config import RendezvousSection
 from rallypoint.rendezvous.factory import backend_record
+from rallypoint.rendezvous.netif import interface_for_address, name_is_loopback, routable_address
 from rallypoint.rendezvous.records import RendezvousBackendRecord
 from rallypoint.rendezvous.state import NodeInfo
 from rallypoint.rendezvous.timeouts import RendezvousTimeouts
@@ -47,6 +48,7 @@ __all__ = [
     "job_fingerprint",
     "plan_job",
     "rendezvous_endpoint",
+    "route_targets",
     "visible_gpus",
     "worker_argv",
 ]
@@ -95,6 +97,8 @@ class NodeFacts:
             bind it), or ``None``.
         run_token: random text for a generated run id (``<job>-<token>``).
         executable: the Python interpreter that runs Python workers.
+        address_note: how ``local_addr`` was found when no flag gave it (``--dry-run`` and the
+            agent's first line say it), or why none could be: ``None`` when nothing was looked for.
     """
 
     host: str
@@ -110,6 +114,7 @@ class NodeFacts:
     local_interface: str | None = None
     run_token: str = "0" * 8
     executable: str = sys.executable
+    address_note: str | None = None
 
     @classmethod
     def gather(
@@ -120,11 +125,31 @@ class NodeFacts:
         host_name: str | None = None,
         node_id: str | None = None,
         local_addr: str | None = None,
+        route_to: Sequence[str] | None = None,
     ) -> NodeFacts:
-        """Read the facts of the running process (the only impure step of planning)."""
+        """Read the facts of the running process (the only impure step of planning).
+
+        ``route_to``: when the job may span hosts (see :func:`route_targets`) and no
+        ``local_addr`` is given, the hosts to find this node's routable address toward; it is
+        looked for only when this host's own name resolves to loopback (other hosts could not
+        use it, nor could Gloo here).
+        """
         environ = dict(os.environ)
+        host = host_name or socket.gethostname()
+        note = None
+        if local_addr is None and route_to is not None and name_is_loopback(socket.gethostname()):
+            route = routable_address(route_to)
+            if route is not None:
+                local_addr = route.address
+                note = f"this node's address {route.address} is {route.how} (its host name resolves to loopback)"
+            else:
+                note = (
+                    f"this host's name {socket.gethostname()!r} resolves to loopback and no single address "
+                    "other hosts could reach was found: give --local-addr ADDRESS (the address other hosts "
+                    "reach this one at), or workers on other hosts will not reach this one"
+                )
         return cls(
-            host=host_name or socket.gethostname(),
+            host=host,
             pid=os.getpid(),
             environ=environ,
             cwd=Path.cwd(),
@@ -137,6 +162,7 @@ class NodeFacts:
             local_interface=interface_for_address(local_addr) if local_addr else None,
             run_token=uuid.uuid4().hex[:8],
             executable=sys.executable,
+            address_note=note,
         )
 
 
@@ -302,6 +328,35 @@ def rendezvous_endpoint(plan: RendezvousPlan) -> str:
     if isinstance(value, list | tuple):  # several endpoints (etcd's cluster members)
         value = ", ".join(str(v) for v in value)
     return f"{record.name!r} backend at {value}" if value else f"{record.name!r} backend"
+
+
+def route_targets(resolved: ResolvedConfig) -> list[str] | None:
+    """Hosts this node's address must reach, when the job may span hosts; ``None`` when it cannot.
+
+    The rendezvous endpoint's hosts (``'grpc'``: its ``HOST:PORT``; ``'etcd'``: every member's
+    URL); ``[]`` for a job across hosts whose backend has no network endpoint (``'file'``).
+    ``None`` for a single-node job or an in-process backend: loopback is right there.
+    """
+    nodes = resolved.section(NodesSection)
+    selection = resolved.selection("rendezvous.backend")
+    if nodes.max_nodes <= 1 or selection is None:
+        return None
+    record = backend_record(selection)
+    if not record.multi_host:
+        return None
+    option = record.endpoint_option
+    value = getattr(selection.options, option, None) if option else None
+    values = value if isinstance(value, list | tuple) else [value] if value else []
+    return [host for v in values if (host := _endpoint_host(str(v))) is not None]
+
+
+def _endpoint_host(value: str) -> str | None:
+    """The host of ``HOST:PORT``, ``[IPv6]:PORT`` or ``scheme://HOST:PORT``; ``None`` for anything else (a path)."""
+    text = value.strip().split("://", 1)[-1].split("/", 1)[0]
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        return None
+    return host[1:-1] if host.startswith("[") and host.endswith("]") else host
 
 
 def _worker_env(resolved: ResolvedConfig, facts: NodeFacts, job: JobSection) -> dict[str, str]:

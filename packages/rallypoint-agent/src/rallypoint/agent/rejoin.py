@@ -23,6 +23,7 @@ still fails the node at once.
 
 from __future__ import annotations
 
+import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -43,6 +44,7 @@ __all__ = [
     "lost_contact",
     "lost_message",
     "reached_message",
+    "refused",
     "rejoin",
     "rejoin_failed_message",
     "server_lost_message",
@@ -82,9 +84,9 @@ class Lost:
         started: monotonic time it started rejoining (the join timeout counts from here).
         workers: what became of its workers in that round, for messages ("were stopped"...).
         first: it never reached the rendezvous yet (its first contact: no heartbeat to write).
-        window: how long it may try, from ``started`` (``None``: the join timeout).
-        server_host: the host whose agent served the rendezvous, when the rendezvous lived and
-            died with that agent (see :func:`hosted_by`): the node fails sooner, naming it.
+        server: ``HOST:PORT`` of the agent that served the rendezvous, when the rendezvous
+            lived and died with that agent (see :func:`hosted_by`): once nothing listens there
+            any more (connection refused) for ``heartbeat_timeout``, the node fails, naming it.
     """
 
     round: int | None
@@ -92,8 +94,7 @@ class Lost:
     started: float
     workers: str
     first: bool = False
-    window: float | None = None
-    server_host: str | None = None
+    server: str | None = None
 
     @property
     def lost_for(self) -> float:
@@ -108,12 +109,14 @@ class RejoinTimedOut(Exception):
         attempts: how many times the node tried to join.
         seconds: how long it tried.
         error: the last backend error.
+        gone: the agent that served the rendezvous is gone (its port refuses connections).
     """
 
-    def __init__(self, attempts: int, seconds: float, error: BaseException) -> None:
+    def __init__(self, attempts: int, seconds: float, error: BaseException, *, gone: bool = False) -> None:
         self.attempts = attempts
         self.seconds = seconds
         self.error = error
+        self.gone = gone
         super().__init__(f"{attempts} attempt(s) over {seconds:.1f}s; last: {type(error).__name__}: {error}")
 
 
@@ -143,7 +146,7 @@ def rejoin(
     """
     from rallypoint.rendezvous.errors import RendezvousBackendError, RendezvousHeartbeatError
 
-    deadline = lost.started + (lost.window if lost.window is not None else handler.timeouts.join)
+    deadline = lost.started + handler.timeouts.join
     longest = min(MAX_BACKOFF, max(0.1, handler.timeouts.heartbeat_interval))
     delay = min(INITIAL_BACKOFF, longest)
     attempts = 0
@@ -161,8 +164,10 @@ def rejoin(
                 raise
             error = exc.error if isinstance(exc, RendezvousHeartbeatError) else exc
         left = deadline - clock()
-        if left <= 0:
-            raise RejoinTimedOut(attempts, clock() - lost.started, error)
+        waited = clock() - lost.started
+        gone = lost.server is not None and waited >= handler.timeouts.heartbeat_timeout and refused(lost.server)
+        if left <= 0 or gone:
+            raise RejoinTimedOut(attempts, waited, error, gone=gone)
         sleep(min(delay, left))
         delay = min(2 * delay, longest)
 
@@ -216,13 +221,30 @@ def superseded_message(round_: int, what: str) -> str:
 
 
 def hosted_by(backend: object) -> str | None:
-    """The host whose agent serves ``backend``'s rendezvous, when the rendezvous dies with it.
+    """``HOST:PORT`` of the agent that serves ``backend``'s rendezvous, when the rendezvous dies with it.
 
     A backend says so with a ``hosted_by`` attribute (the gRPC backend when another node's agent
     serves it and keeps nothing on disk); ``None`` for a rendezvous that outlives any one node.
     """
-    host = getattr(backend, "hosted_by", None)
-    return host if isinstance(host, str) and host else None
+    endpoint = getattr(backend, "hosted_by", None)
+    return endpoint if isinstance(endpoint, str) and endpoint else None
+
+
+def refused(endpoint: str, timeout: float = 1.0) -> bool:
+    """Whether ``HOST:PORT`` actively refuses a TCP connection: its host answers, nothing listens.
+
+    That tells a server that is gone (its agent died, its host is up) from one that cannot be
+    reached (a cut link, a host that is down: the connection times out), which may come back.
+    """
+    host, _, port = endpoint.rpartition(":")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout):
+            return False
+    except ConnectionRefusedError:
+        return True
+    except (OSError, ValueError):
+        return False
 
 
 def waiting_message(exc: BaseException, endpoint: str, join_timeout: float) -> str:
@@ -238,15 +260,15 @@ def reached_message(waited: float) -> str:
     return f"reached the rendezvous after waiting {waited:.1f}s for it"
 
 
-def server_lost_message(lost: Lost, exc: RejoinTimedOut, endpoint: str) -> str:
+def server_lost_message(lost: Lost, exc: RejoinTimedOut) -> str:
     """Why a node fails when the agent that served the rendezvous is gone."""
+    host = (lost.server or "").rpartition(":")[0].strip("[]")
     return (
-        f"this node fails: the rendezvous was served by the agent on {lost.server_host} ({endpoint}), which has "
-        f"not answered for {exc.seconds:.1f}s after this node's heartbeat failed; that agent or its host is gone, "
-        "and the job's rendezvous state with it (it kept none on disk). Start the job again; to let a job outlive "
-        "the agent that serves its rendezvous, set rendezvous.options.data_dir (its agent restarted on that host "
-        f"serves the same state) or use a standalone server (rallypoint rdzv serve) or etcd. Last error "
-        f"{type(exc.error).__name__}: {exc.error}"
+        f"this node fails: the rendezvous was served by the agent on {host} ({lost.server}), and nothing listens "
+        f"there any more (connection refused, {exc.seconds:.1f}s after this node's heartbeat failed): that agent "
+        "is gone, and the job's rendezvous state with it (it kept none on disk). Start the job again; to let a "
+        "job outlive the agent that serves its rendezvous, set rendezvous.options.data_dir (its agent restarted "
+        "on that host serves the same state) or use a standalone server (rallypoint rdzv serve) or etcd"
     )
 
 
