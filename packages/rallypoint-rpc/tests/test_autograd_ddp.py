@@ -66,9 +66,16 @@ def _data(trainer: int, step: int) -> torch.Tensor:
     return torch.randn(5, 4, generator=torch.Generator().manual_seed(100 * trainer + step))
 
 
+_CUDA = pytest.param(
+    "cuda",
+    marks=[pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU visible")],
+)
+
+
+@pytest.mark.parametrize("device", ["cpu", _CUDA])
 @pytest.mark.parametrize("bucket_view", [False, True], ids=["copied", "bucket-view"])
 def test_ddp_averages_gradients_inside_a_context_and_replicas_stay_identical(
-    group: list[RpcAgent], bucket_view: bool
+    group: list[RpcAgent], bucket_view: bool, device: str
 ) -> None:
     store = dist.HashStore()
     with use_agent(group[0]):
@@ -78,7 +85,7 @@ def test_ddp_averages_gradients_inside_a_context_and_replicas_stay_identical(
         with use_agent(group[index + 1]):
             torch.manual_seed(index)  # different initial weights: DDP broadcasts rank 0's
             ddp = nn.parallel.DistributedDataParallel(
-                nn.Linear(3, 2),
+                nn.Linear(3, 2).to(device),
                 process_group=_gloo_group(dist.PrefixStore("ddp", store), index, 2),
                 gradient_as_bucket_view=bucket_view,
             )
@@ -86,14 +93,14 @@ def test_ddp_averages_gradients_inside_a_context_and_replicas_stay_identical(
             for step in range(3):
                 with dist_autograd.context() as ctx_id:
                     hidden = rpc.rpc_sync("w0", project, args=(_data(index, step), w_ref))
-                    loss = ddp(hidden).pow(2).sum()
+                    loss = ddp(hidden.to(device)).pow(2).sum()
                     dist_autograd.backward(ctx_id, [loss])
                     grads = dist_autograd.get_gradients(ctx_id)
                     context_grads.append([grads[p].clone() for p in ddp.parameters()])
                 # the trainer's own (not averaged) gradient at the same weights
-                copy = nn.Linear(3, 2)
+                copy = nn.Linear(3, 2).to(device)
                 copy.load_state_dict(ddp.module.state_dict())
-                copy(_data(index, step) @ w_ref.to_here()).pow(2).sum().backward()
+                copy((_data(index, step) @ w_ref.to_here()).to(device)).pow(2).sum().backward()
                 own_grads.append([p.grad.clone() for p in copy.parameters()])
                 with torch.no_grad():  # an SGD step from the context's gradients
                     for p, g in zip(ddp.parameters(), context_grads[-1], strict=True):
