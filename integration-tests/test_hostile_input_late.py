@@ -13,9 +13,61 @@ from pathlib import Path
 import pytest
 from hostile import FILE, Case, config_check_refuses, run_refuses
 
+GRPC = '[rendezvous]\nbackend = "grpc"\n[rendezvous.options]\nendpoint = "127.0.0.1:29400"\n'
+ETCD = '[rendezvous]\nbackend = "etcd"\n[rendezvous.options]\n'
+TLS_CA = "rendezvous.options.tls_ca"
+PEM_FILE = "tls_ca must name a readable PEM file on every node"
+
 CASES = [
     # a job file that is a named pipe: opening it waited for a writer for ever
     Case("job-file-fifo", FILE, "", "is a named pipe (FIFO)", "<fifo>", whole=True),
+    # files and variables an option names are checked with the job (they were read after start-up:
+    # "internal error ... This is a bug" for a TLS file, exit 1 for the others)
+    Case("grpc-tls-ca-missing", FILE, TLS_CA, PEM_FILE, GRPC + 'tls_ca = "/nonexistent/ca.pem"\n'),
+    Case("grpc-tls-ca-directory", FILE, TLS_CA, "the CA certificate . is a directory", GRPC + 'tls_ca = "."\n'),
+    Case("grpc-tls-ca-not-pem", FILE, TLS_CA, "is not a PEM file", GRPC + 'tls_ca = "worker.py"\n'),
+    Case(
+        "grpc-token-file-missing",
+        FILE,
+        "rendezvous.options.token_file",
+        "cannot read the token file /nonexistent/token",
+        GRPC + 'token_file = "/nonexistent/token"\n',
+    ),
+    Case(
+        "grpc-token-env-unset",
+        FILE,
+        "rendezvous.options.token_env",
+        "the variable RP_HOSTILE_UNSET (token) is not set",
+        GRPC + 'token_env = "RP_HOSTILE_UNSET"\n',
+    ),
+    Case(
+        "rpc-tls-ca-directory",
+        FILE,
+        "rpc.options.tls_ca",
+        "is a directory, not a file",
+        '[rpc.options]\ntls_ca = "."\ntls_cert = "worker.py"\ntls_key = "worker.py"\n',
+    ),
+    Case(
+        "etcd-endpoint-unclosed-bracket",
+        FILE,
+        "rendezvous.options.endpoints",
+        "is not [IPv6]:PORT",
+        ETCD + 'endpoints = ["http://[::1"]\n',
+    ),
+    Case(
+        "etcd-tls-ca-missing",
+        FILE,
+        TLS_CA,
+        "cannot read the CA bundle /nonexistent/ca.pem",
+        ETCD + 'endpoints = ["https://127.0.0.1:2379"]\ntls_ca = "/nonexistent/ca.pem"\n',
+    ),
+    Case(
+        "etcd-password-env-unset",
+        FILE,
+        "rendezvous.options.password_env",
+        "the variable RP_HOSTILE_UNSET (etcd password of user 'rp') is not set",
+        ETCD + 'username = "rp"\npassword_env = "RP_HOSTILE_UNSET"\n',
+    ),
 ]
 
 

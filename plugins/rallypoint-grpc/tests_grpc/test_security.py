@@ -6,9 +6,11 @@ import os
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 from rallypoint.rendezvous.errors import RendezvousBackendError
 from rallypoint_grpc.backend import GrpcBackend, create_grpc_backend
+from rallypoint_grpc.options import GrpcOptions
 from rallypoint_grpc.transport import TlsFiles
 
 from .certs import Certs, make_certs
@@ -60,9 +62,12 @@ def test_the_token_can_come_from_a_variable_named_in_the_job_file(
     monkeypatch.setenv("RDZV_TOKEN_FOR_TEST", TOKEN)
     backend = create_grpc_backend("sec", {"endpoint": token_server.address, "token_env": "RDZV_TOKEN_FOR_TEST"})
     assert backend.add("n", 3) == 3
+    options = GrpcOptions(endpoint=token_server.address, token_env="RDZV_TOKEN_FOR_TEST")
     monkeypatch.delenv("RDZV_TOKEN_FOR_TEST")
-    with pytest.raises(RendezvousBackendError, match="RDZV_TOKEN_FOR_TEST is not set"):
+    with pytest.raises(ValidationError, match="the variable RDZV_TOKEN_FOR_TEST \\(token\\) is not set"):
         create_grpc_backend("sec", {"endpoint": token_server.address, "token_env": "RDZV_TOKEN_FOR_TEST"})
+    with pytest.raises(RendezvousBackendError, match="RDZV_TOKEN_FOR_TEST is not set"):
+        create_grpc_backend("sec", options)  # validated while it was set: the backend finds it gone
 
 
 def test_tls_server_serves_tls_clients_only(start_server: type[ServerProcess], certs: Certs) -> None:
