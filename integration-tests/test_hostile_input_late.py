@@ -14,6 +14,7 @@ import pytest
 from hostile import FILE, Case, config_check_refuses, run_refuses
 
 GRPC = '[rendezvous]\nbackend = "grpc"\n[rendezvous.options]\nendpoint = "127.0.0.1:29400"\n'
+FILE_BACKEND = '[rendezvous]\nbackend = "file"\n[rendezvous.options]\n'
 ETCD = '[rendezvous]\nbackend = "etcd"\n[rendezvous.options]\n'
 TLS_CA = "rendezvous.options.tls_ca"
 PEM_FILE = "tls_ca must name a readable PEM file on every node"
@@ -67,6 +68,15 @@ CASES = [
         "rendezvous.options.password_env",
         "the variable RP_HOSTILE_UNSET (etcd password of user 'rp') is not set",
         ETCD + 'username = "rp"\npassword_env = "RP_HOSTILE_UNSET"\n',
+    ),
+    # the file backend's path: empty (it used the current directory), or where no directory can be made
+    Case("file-path-empty", FILE, "rendezvous.options.path", "the path is empty", FILE_BACKEND + 'path = ""\n'),
+    Case(
+        "file-path-proc-sys",
+        FILE,
+        "rendezvous.options.path",
+        "cannot create a directory in /proc/sys",
+        FILE_BACKEND + 'path = "/proc/sys"\n',
     ),
 ]
 
