@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from hostile import FILE, Case, config_check_refuses, run_refuses
+from hostile import FILE, Case, config_check_refuses, run_refuses, setting
 
 GRPC = '[rendezvous]\nbackend = "grpc"\n[rendezvous.options]\nendpoint = "127.0.0.1:29400"\n'
 FILE_BACKEND = '[rendezvous]\nbackend = "file"\n[rendezvous.options]\n'
@@ -77,6 +77,21 @@ CASES = [
         "rendezvous.options.path",
         "cannot create a directory in /proc/sys",
         FILE_BACKEND + 'path = "/proc/sys"\n',
+    ),
+    # heartbeats of 1ms / 2ms were accepted: 22 rounds in 18 s, then the nodes disagreed on the outcome
+    Case(
+        "heartbeat-interval-1ms",
+        FILE,
+        "rendezvous.heartbeat_interval",
+        "at least 100ms, got 1ms",
+        '[rendezvous]\nheartbeat_interval = "1ms"\nheartbeat_timeout = "2ms"\n',
+    ),
+    Case(
+        "heartbeat-timeout-2ms-set",
+        setting("rendezvous.heartbeat_timeout"),
+        "rendezvous.heartbeat_timeout",
+        "at least 500ms, got 2ms",
+        sets=('rendezvous.heartbeat_timeout="2ms"', 'rendezvous.heartbeat_interval="0.1s"'),
     ),
 ]
 
