@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from hostile import FILE, Case, config_check_refuses, run_refuses, setting
+from hostile import FILE, Case, config_check_refuses, env, flag, run_refuses, setting
 
 GRPC = '[rendezvous]\nbackend = "grpc"\n[rendezvous.options]\nendpoint = "127.0.0.1:29400"\n'
 FILE_BACKEND = '[rendezvous]\nbackend = "file"\n[rendezvous.options]\n'
@@ -92,6 +92,63 @@ CASES = [
         "rendezvous.heartbeat_timeout",
         "at least 500ms, got 2ms",
         sets=('rendezvous.heartbeat_timeout="2ms"', 'rendezvous.heartbeat_interval="0.1s"'),
+    ),
+    # --local-addr "not an ip!" became MASTER_ADDR
+    Case(
+        "local-addr-flag",
+        flag("--local-addr"),
+        "",
+        "invalid address 'not an ip!': give this node's IP address or host name",
+        flags=("--local-addr", "not an ip!"),
+        check=False,
+    ),
+    Case(
+        "local-addr-rallypoint-env",
+        "RALLYPOINT_LOCAL_ADDR (environment)",
+        "",
+        "invalid address '10.0.0.300'",
+        env={"RALLYPOINT_LOCAL_ADDR": "10.0.0.300"},
+        check=False,
+    ),
+    Case(
+        "local-addr-env",
+        "PET_LOCAL_ADDR (environment)",
+        "",
+        "invalid address 'a b'",
+        env={"PET_LOCAL_ADDR": "a b"},
+        check=False,
+    ),
+    # preload_keep keeps the warm process of preload: without preload it did nothing, silently
+    Case(
+        "preload-keep-alone-file",
+        FILE,
+        "agent.preload_keep",
+        "preload names no module",
+        '[agent]\npreload_keep = "10m"\n',
+    ),
+    Case(
+        "preload-keep-alone-flag",
+        flag("--preload-keep"),
+        "agent.preload_keep",
+        "preload names no module",
+        flags=("--preload-keep", "10m"),
+        check=False,
+    ),
+    Case(
+        "preload-keep-alone-env",
+        env("AGENT_PRELOAD_KEEP"),
+        "agent.preload_keep",
+        "preload names no module",
+        env={"RALLYPOINT_AGENT_PRELOAD_KEEP": "1m"},
+    ),
+    # --nproc-per-node 10**20 was reported as "got 1025"
+    Case(
+        "nproc-flag-says-the-value",
+        flag("--nproc-per-node"),
+        "nodes.nproc_per_node",
+        "at most 1024 workers per node, got 100000000000000000000",
+        flags=("--nproc-per-node", str(10**20)),
+        check=False,
     ),
 ]
 

@@ -104,6 +104,21 @@ def _check_node_names(ctx: click.Context, **names: str | None) -> None:
         raise ConfigError(issues)
 
 
+def _check_local_addr(ctx: click.Context, local_addr: str | None, from_pet: bool) -> None:
+    """Refuse a ``--local-addr`` (or its variable) that is no address: it would become ``MASTER_ADDR``."""
+    from rallypoint.agent.config import check_local_addr
+
+    problem = None if local_addr is None else check_local_addr(local_addr)
+    if problem:
+        if from_pet:
+            source = "PET_LOCAL_ADDR (environment)"
+        elif ctx.get_parameter_source("local_addr") == click.core.ParameterSource.ENVIRONMENT:
+            source = "RALLYPOINT_LOCAL_ADDR (environment)"
+        else:
+            source = f"--local-addr {_FLAG}"
+        raise ConfigError([ConfigIssue(source, "", problem)])
+
+
 def _resolve(
     job_file: str | None,
     overrides: list[tuple[str, Any, str]],
@@ -208,6 +223,7 @@ def run(
     job_file = script.pop(0) if script and script[0].endswith(".toml") else None
     flags, from_env = from_environment({**flags, "module": as_module, "local_addr": local_addr}, os.environ)
     as_module, local_addr = bool(flags.pop("module")), flags.pop("local_addr")  # PET_MODULE, PET_LOCAL_ADDR too
+    _check_local_addr(click.get_current_context(), local_addr, "local_addr" in from_env)
     _check_no_python(flags, script)
     overrides = [
         *torchrun_overrides(flags, os.environ, from_env),
