@@ -141,6 +141,15 @@ CASES = [
         "preload names no module",
         env={"RALLYPOINT_AGENT_PRELOAD_KEEP": "1m"},
     ),
+    # an argument larger than Linux passes: the worker failed to start with "check the entry point path"
+    Case(
+        "arg-900kb",
+        FILE,
+        "job.args[0]",
+        "holds 900000 bytes; Linux passes at most 128 KiB in one argument",
+        'args = ["' + "x" * 900_000 + '"]\n',
+    ),
+    Case("env-200kb", FILE, "job.env.BIG", "holds 200000 bytes", '[job.env]\nBIG = "' + "x" * 200_000 + '"\n'),
     # --nproc-per-node 10**20 was reported as "got 1025"
     Case(
         "nproc-flag-says-the-value",

@@ -277,6 +277,23 @@ NprocPerNode = Annotated[int | str, BeforeValidator(_nproc)]
 #: Which ranks reach the console: ``"all"``, ``"rank0"``, ``"none"`` or a list of ranks.
 Tee = Annotated[str | list[int], BeforeValidator(_tee)]
 _Text = Annotated[str, AfterValidator(_no_nul)]
+#: The most bytes one argument (or variable) may hold on Linux, its NUL excluded (MAX_ARG_STRLEN).
+MAX_ARG_BYTES = 32 * 4096 - 1
+
+
+def _fits_exec(value: str) -> str:
+    size = len(value.encode("utf-8", "surrogateescape"))
+    if size > MAX_ARG_BYTES:
+        raise PydanticCustomError(
+            "arg_size",
+            "holds {size} bytes; Linux passes at most 128 KiB in one argument or variable: write large data to a "
+            "file and pass its path",
+            {"size": size},
+        )
+    return value
+
+
+_ExecText = Annotated[_Text, AfterValidator(_fits_exec)]
 _Target = Annotated[str, AfterValidator(_no_nul), AfterValidator(_not_blank)]
 
 
@@ -308,8 +325,8 @@ class JobSection(Section):
     )
     entrypoint: _Target | None = Field(default=None, description="Script (or executable) each worker runs.")
     module: _Target | None = Field(default=None, description="Python module to run with -m, instead of entrypoint.")
-    args: list[_Text] = Field(default_factory=list, description="Arguments passed to every worker.")
-    env: dict[Annotated[str, AfterValidator(_env_name)], _Text] = Field(
+    args: list[_ExecText] = Field(default_factory=list, description="Arguments passed to every worker.")
+    env: dict[Annotated[str, AfterValidator(_env_name)], _ExecText] = Field(
         default_factory=dict, description="Extra environment for every worker."
     )
 
