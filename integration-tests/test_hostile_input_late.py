@@ -159,6 +159,8 @@ CASES = [
         flags=("--nproc-per-node", str(10**20)),
         check=False,
     ),
+    # an allow pattern that matches nothing ("") was accepted
+    Case("rpc-allow-empty", FILE, "rpc.allow[0]", "'' is not a module pattern", '[rpc]\nallow = [""]\n'),
 ]
 
 
