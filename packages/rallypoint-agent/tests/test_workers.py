@@ -234,6 +234,19 @@ def test_stop_also_kills_what_a_finished_worker_left_behind(tmp_path):
     assert wait_until(lambda: not alive(grandchild), 10)
 
 
+def test_a_command_line_too_large_for_the_system_says_so_not_to_check_the_path():
+    # 40 arguments of 100 KB: each fits, together they pass ARG_MAX, and execve fails with E2BIG
+    group = WorkerGroup()
+    with pytest.raises(WorkerStartError) as info:
+        group.start([WorkerSpec(0, [*py("pass"), *["x" * 100_000] * 40])])
+    message = str(info.value)
+    assert "Argument list too long" in message
+    assert "Its arguments hold 40" in message
+    assert "(the longest 100000)" in message
+    assert "write large data to a file and pass its path" in message
+    assert "Check the entry point path" not in message
+
+
 def test_start_error_names_the_rank_and_kills_started_workers():
     group = WorkerGroup()
     with pytest.raises(WorkerStartError, match=r"rank 1 \(/nonexistent/prog\)") as info:

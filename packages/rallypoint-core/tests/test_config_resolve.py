@@ -103,6 +103,18 @@ def test_a_special_value_that_needs_a_plugin_says_what_to_install(job_file) -> N
     )
 
 
+def test_a_plugin_name_with_none_of_its_kind_installed_says_what_to_install(job_file) -> None:
+    pm = get_plugin_manager(autoload=False)  # the widgets subsystem, but no gadget maker
+    file = job_file('[widgets]\nbackend = "plain"\n[gadgets]\nmaker = "testmaker"\n')
+
+    error = resolve_error(file, pm)
+
+    assert str(error) == (
+        "job.toml: gadgets.maker: gadget maker 'testmaker' is not installed, and no gadget maker is; "
+        "pip install acme-cogs"
+    )
+
+
 def test_an_optional_section_is_resolved_only_when_the_job_has_it(job_file, acme_pm, acme_job) -> None:
     resolved = resolve_config(load_job_config(job_file(acme_job), acme_pm, environ={}), acme_pm)
     assert "delivery.courier" not in resolved.selections

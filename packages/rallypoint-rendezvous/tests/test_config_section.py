@@ -150,6 +150,21 @@ def test_structure_errors(job_file, toml: str, message: str) -> None:
     assert str(load_error(job_file(toml), environ={})) == message
 
 
+def test_heartbeats_have_a_floor(job_file) -> None:
+    # 1ms / 2ms used to be accepted: rounds ended one after another, and the nodes disagreed on the outcome
+    error = load_error(job_file('[rendezvous]\nheartbeat_interval = "1ms"\nheartbeat_timeout = "2ms"\n'), environ={})
+
+    assert str(error).splitlines() == [
+        "job.toml: rendezvous.heartbeat_interval: at least 100ms, got 1ms: every node writes to the backend each "
+        "interval (default 2s)",
+        "job.toml: rendezvous.heartbeat_timeout: at least 500ms, got 2ms: a shorter pause of a node's host would "
+        "take it for dead (default 10s)",
+    ]
+    at_the_floor = '[rendezvous]\nheartbeat_interval = "100ms"\nheartbeat_timeout = "500ms"\n'
+    section = load_job_config(job_file(at_the_floor), SCHEMA, environ={}).section(RendezvousSection)
+    assert (section.heartbeat_interval, section.heartbeat_timeout) == (0.1, 0.5)
+
+
 def test_errors_name_the_cli_flag_that_set_the_value(job_file) -> None:
     overrides = [("rendezvous.last_call_timeout", "soon", "--set rendezvous.last_call_timeout (command line)")]
 

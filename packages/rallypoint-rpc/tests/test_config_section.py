@@ -45,6 +45,30 @@ def test_serializer_is_safe_or_pickle(tmp_path: Path, monkeypatch: pytest.Monkey
     assert str(info.value) == "job.toml: rpc.serializer: expected 'safe' or 'pickle', got 'json'"
 
 
+@pytest.mark.parametrize("pattern", ["", "*", "my pkg", "pkg.", "pkg.*.x", ".*"])
+def test_allow_holds_module_patterns_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pattern: str) -> None:
+    # such a pattern matched nothing, silently: a worker then refused every call the user meant to allow
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "job.toml").write_text(f'[rpc]\nallow = ["mypkg", "mypkg.*", "{pattern}"]\n')
+
+    with pytest.raises(ConfigError) as info:
+        load_job_config("job.toml", SCHEMA, environ={})
+
+    assert str(info.value) == (
+        f'job.toml: rpc.allow[2]: {pattern!r} is not a module pattern: write a module ("mypkg": it and its '
+        'submodules) or "mypkg.*" (its submodules)'
+    )
+
+
+def test_init_rpc_options_refuse_a_pattern_too() -> None:
+    from rallypoint.rpc.errors import RpcError
+    from rallypoint.rpc.exposure import Exposure
+
+    assert Exposure(["mypkg", "a.b.*"]).allowed_module("a.b.c")
+    with pytest.raises(RpcError, match="invalid \\[rpc\\] allow: '' is not a module pattern"):
+        Exposure([""])
+
+
 def test_the_transport_is_resolved_only_when_the_job_has_an_rpc_section(tmp_path: Path) -> None:
     pm = get_plugin_manager(environ={}, disabled=["grpc"])  # the transport plugin is disabled
     assert pm.registry(RPC_TRANSPORTS).names() == []

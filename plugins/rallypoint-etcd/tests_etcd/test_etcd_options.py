@@ -33,6 +33,7 @@ def test_defaults() -> None:
         ("http://etcd-1:12379/", ("etcd-1", 12379, False)),
         ("https://etcd-1:2379", ("etcd-1", 2379, True)),
         ("[::1]:2379", ("::1", 2379, None)),
+        ("http://[::1]", ("::1", 2379, False)),
     ],
 )
 def test_endpoints_parse(text: str, parsed: tuple[str, int, bool | None]) -> None:
@@ -49,6 +50,8 @@ def test_endpoints_from_a_comma_separated_string() -> None:
         ({"endpoints": []}, "endpoints"),
         ({"endpoints": ["host:port"]}, "port 'port' is not a number"),
         ({"endpoints": ["host:70000"]}, "out of range"),
+        ({"endpoints": ["http://[::1"]}, "is not [IPv6]:PORT (e.g. [::1]:2379): check the brackets"),
+        ({"endpoints": ["[::1]2379"]}, "check the brackets"),
         ({"endpoints": ["https://h:1"]}, "https:// endpoints need tls_ca"),
         ({"prefix": "relative"}, "prefix 'relative' must start with '/'"),
         ({"prefix": "/a/../b"}, "prefix"),
@@ -66,8 +69,8 @@ def test_bad_options_name_the_key(raw: dict[str, object], message: str) -> None:
 
 
 def test_the_password_comes_from_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
-    opts = EtcdOptions(username="rp", password_env="RP_TEST_ETCD_PW")
     monkeypatch.setenv("RP_TEST_ETCD_PW", "s3cret")
+    opts = EtcdOptions(username="rp", password_env="RP_TEST_ETCD_PW")
     assert opts.password() == "s3cret"
     assert "s3cret" not in opts.model_dump_json()
     monkeypatch.delenv("RP_TEST_ETCD_PW")
@@ -75,11 +78,38 @@ def test_the_password_comes_from_the_variable(monkeypatch: pytest.MonkeyPatch) -
         opts.password()
 
 
+def test_an_unset_password_variable_is_refused_with_the_job(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("RP_TEST_ETCD_PW", raising=False)
+    message = errors(endpoints=["127.0.0.1:1"], username="rp", password_env="RP_TEST_ETCD_PW")
+    assert "the variable RP_TEST_ETCD_PW (etcd password of user 'rp') is not set in this environment" in message
+
+
+@pytest.mark.parametrize("make", ["missing", "directory", "not-pem", "empty"])
+def test_an_unreadable_tls_file_is_refused_with_the_job(tmp_path: Path, make: str) -> None:
+    path = tmp_path / "ca.pem"
+    if make == "directory":
+        path.mkdir()
+    elif make == "not-pem":
+        path.write_text("hello")
+    elif make == "empty":
+        path.write_text("")
+    said = {
+        "missing": "cannot read the CA bundle",
+        "directory": "is a directory, not a file",
+        "not-pem": "is not a PEM file",
+        "empty": "is empty",
+    }
+    message = errors(endpoints=["https://127.0.0.1:1"], tls_ca=str(path))
+    assert said[make] in message
+    assert "tls_ca must name a readable PEM file on every node" in message
+
+
 def test_an_unset_password_variable_fails_when_the_backend_opens(monkeypatch: pytest.MonkeyPatch) -> None:
     from rallypoint_etcd.backend import EtcdBackend
 
-    monkeypatch.delenv("RP_TEST_ETCD_PW", raising=False)
+    monkeypatch.setenv("RP_TEST_ETCD_PW", "s3cret")
     opts = EtcdOptions(endpoints=["127.0.0.1:1"], username="rp", password_env="RP_TEST_ETCD_PW")
+    monkeypatch.delenv("RP_TEST_ETCD_PW")  # gone between the check of the job and the start
     with pytest.raises(RendezvousBackendError, match="RP_TEST_ETCD_PW"):
         EtcdBackend("job", opts)
 
@@ -87,8 +117,10 @@ def test_an_unset_password_variable_fails_when_the_backend_opens(monkeypatch: py
 def test_an_unreadable_tls_file_fails_when_the_backend_opens(tmp_path: Path) -> None:
     from rallypoint_etcd.backend import EtcdBackend
 
-    missing = tmp_path / "ca.pem"
-    opts = EtcdOptions(endpoints=["https://127.0.0.1:1"], tls_ca=str(missing))
+    ca = tmp_path / "ca.pem"
+    ca.write_text("-----BEGIN CERTIFICATE-----\n")
+    opts = EtcdOptions(endpoints=["https://127.0.0.1:1"], tls_ca=str(ca))
+    ca.unlink()  # gone between the check of the job and the start
     expected = r"rendezvous\.options\.tls_ca = .*ca\.pem.* cannot be read on this node \(missing\)"
     with pytest.raises(RendezvousBackendError, match=expected):
         EtcdBackend("job", opts)

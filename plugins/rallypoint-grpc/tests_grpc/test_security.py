@@ -6,9 +6,12 @@ import os
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 from rallypoint.rendezvous.errors import RendezvousBackendError
+from rallypoint.rendezvous.round_io import free_port
 from rallypoint_grpc.backend import GrpcBackend, create_grpc_backend
+from rallypoint_grpc.options import GrpcOptions
 from rallypoint_grpc.transport import TlsFiles
 
 from .certs import Certs, make_certs
@@ -60,19 +63,43 @@ def test_the_token_can_come_from_a_variable_named_in_the_job_file(
     monkeypatch.setenv("RDZV_TOKEN_FOR_TEST", TOKEN)
     backend = create_grpc_backend("sec", {"endpoint": token_server.address, "token_env": "RDZV_TOKEN_FOR_TEST"})
     assert backend.add("n", 3) == 3
+    options = GrpcOptions(endpoint=token_server.address, token_env="RDZV_TOKEN_FOR_TEST")
     monkeypatch.delenv("RDZV_TOKEN_FOR_TEST")
-    with pytest.raises(RendezvousBackendError, match="RDZV_TOKEN_FOR_TEST is not set"):
+    with pytest.raises(ValidationError, match="the variable RDZV_TOKEN_FOR_TEST \\(token\\) is not set"):
         create_grpc_backend("sec", {"endpoint": token_server.address, "token_env": "RDZV_TOKEN_FOR_TEST"})
+    with pytest.raises(RendezvousBackendError, match="RDZV_TOKEN_FOR_TEST is not set"):
+        create_grpc_backend("sec", options)  # validated while it was set: the backend finds it gone
 
 
-def test_tls_server_serves_tls_clients_only(start_server: type[ServerProcess], certs: Certs) -> None:
+def test_tls_server_serves_tls_clients_only_and_says_why_tls_failed(
+    start_server: type[ServerProcess], certs: Certs
+) -> None:
+    # gRPC reports these as "unreachable ... Socket closed" (or a handshake failure): the error says what TLS refused
     server = start_server("--tls-cert", str(certs.server_cert), "--tls-key", str(certs.server_key))
     tls = client(server.address, tls=TlsFiles(ca=str(certs.ca)))
     assert tls.add("n", 1) == 1
-    with pytest.raises(RendezvousBackendError, match="unreachable"):
+    with pytest.raises(
+        RendezvousBackendError, match="TLS failed: the server speaks TLS and this node does not: set tls_ca"
+    ):
         client(server.address).get("n")  # plain TCP client
-    with pytest.raises(RendezvousBackendError, match="unreachable"):
-        client(server.address, tls=TlsFiles(ca=str(certs.dir / "rogue-ca.pem"))).get("n")  # server not trusted
+    rogue = TlsFiles(ca=str(certs.dir / "rogue-ca.pem"))
+    with pytest.raises(RendezvousBackendError, match=r"TLS failed: the server's certificate is not signed by tls_ca"):
+        client(server.address, tls=rogue).get("n")  # server not trusted
+    other_name = TlsFiles(ca=str(certs.ca), server_name="elsewhere")
+    with pytest.raises(RendezvousBackendError, match="TLS failed: the server's certificate does not name 'elsewhere'"):
+        client(server.address, tls=other_name).get("n")
+
+
+def test_a_tls_client_of_a_plain_server_is_told_so(start_server: type[ServerProcess], certs: Certs) -> None:
+    server = start_server()
+    with pytest.raises(RendezvousBackendError, match="TLS failed: the server does not speak TLS: remove tls_ca"):
+        client(server.address, tls=TlsFiles(ca=str(certs.ca))).get("n")
+
+
+def test_a_server_that_is_not_there_is_still_unreachable(certs: Certs) -> None:
+    with pytest.raises(RendezvousBackendError, match=r"unreachable for 0\.5 s") as info:
+        client(f"127.0.0.1:{free_port()}", tls=TlsFiles(ca=str(certs.ca))).get("n")
+    assert "TLS" not in str(info.value)
 
 
 def test_mutual_tls_requires_a_client_certificate_of_the_ca(start_server: type[ServerProcess], certs: Certs) -> None:
@@ -81,12 +108,16 @@ def test_mutual_tls_requires_a_client_certificate_of_the_ca(start_server: type[S
     )
     good = TlsFiles(cert=str(certs.client_cert), key=str(certs.client_key), ca=str(certs.ca))
     assert client(server.address, tls=good).add("n", 1) == 1
-    for bad in (
-        TlsFiles(ca=str(certs.ca)),  # no client certificate
-        TlsFiles(cert=str(certs.rogue_cert), key=str(certs.rogue_key), ca=str(certs.ca)),  # another CA's
+    for bad, says in (
+        (TlsFiles(ca=str(certs.ca)), "the server requires a client certificate (mutual TLS"),
+        (
+            TlsFiles(cert=str(certs.rogue_cert), key=str(certs.rogue_key), ca=str(certs.ca)),
+            f"the server refused this node's client certificate {certs.rogue_cert}",
+        ),
     ):
-        with pytest.raises(RendezvousBackendError, match="unreachable"):
+        with pytest.raises(RendezvousBackendError) as info:
             client(server.address, tls=bad).add("n", 1)
+        assert f"TLS failed: {says}" in str(info.value)
     assert client(server.address, tls=good).get("n").value == 1  # type: ignore[union-attr]
 
 

@@ -8,6 +8,9 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from rallypoint.core.config import file_problem, variable_problem
+from rallypoint.core.config.sections import cross_field_error
+
 __all__ = ["DEFAULT_PORT", "EtcdOptions", "parse_endpoint"]
 
 #: etcd's client port when an endpoint names none.
@@ -31,8 +34,10 @@ def parse_endpoint(text: str) -> tuple[str, int, bool | None]:
             rest, tls = rest[len(scheme) :], flag
     rest = rest.rstrip("/")
     if rest.startswith("["):  # [IPv6]:port
-        host, _, tail = rest[1:].partition("]")
-        port_text = tail[1:] if tail.startswith(":") else ""
+        host, closed, tail = rest[1:].partition("]")
+        if not closed or (tail and not tail.startswith(":")):
+            raise ValueError(f"etcd endpoint {text!r} is not [IPv6]:PORT (e.g. [::1]:2379): check the brackets")
+        port_text = tail[1:]
     else:
         host, _, port_text = rest.rpartition(":") if ":" in rest else (rest, "", "")
     if not host or "/" in host or " " in host:
@@ -140,7 +145,28 @@ class EtcdOptions(BaseModel):
             raise ValueError("https:// endpoints need tls_ca (the CA that signed the etcd servers' certificates)")
         if False in schemes and self.tls_ca is not None:
             raise ValueError("tls_ca is set but an endpoint says http://; use https:// or no scheme")
+        self._check_files_and_secrets()
         return self
+
+    def _check_files_and_secrets(self) -> None:
+        """The TLS files can be read and the password variable is set: checked with the job, not at start-up."""
+        for key, what in (("tls_ca", "CA bundle"), ("tls_cert", "client certificate"), ("tls_key", "client key")):
+            path = getattr(self, key)
+            problem = None if path is None else file_problem(path, what, pem=True)
+            if problem:
+                raise cross_field_error(
+                    "file",
+                    "{problem}; {key} must name a readable PEM file on every node",
+                    (key,),
+                    problem=problem,
+                    key=key,
+                )
+        if self.password_env is not None:
+            problem = variable_problem(self.password_env, f"etcd password of user {self.username!r}", allow_empty=True)
+            if problem:
+                raise cross_field_error(
+                    "variable", "{problem}; export it on every node", ("password_env",), problem=problem
+                )
 
     @property
     def tls(self) -> bool:

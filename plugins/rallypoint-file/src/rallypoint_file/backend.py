@@ -42,8 +42,6 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
-
 from rallypoint.rendezvous.backend import Entry, JSONValue, Version, check_key
 from rallypoint.rendezvous.errors import RendezvousBackendError, RendezvousStateError
 from rallypoint_file.layout import (
@@ -59,34 +57,13 @@ from rallypoint_file.layout import (
     quote,
     read_bytes,
 )
+from rallypoint_file.options import FileOptions
 from rallypoint_file.trust import Trust
 
 __all__ = ["CHECK_INTERVAL", "FORMAT", "FileBackend", "FileOptions", "create_file_backend"]
 
 #: How often (seconds) a backend in use checks that its run directory is intact.
 CHECK_INTERVAL = 1.0
-
-
-class FileOptions(BaseModel):
-    """``[rendezvous.options]`` of the ``file`` backend.
-
-    Attributes:
-        path: a directory every node can reach (a shared file system for several hosts);
-            created (mode 0700) if missing. Each run id gets a subdirectory.
-        poll_interval: the longest pause between two looks at a watched file, in seconds.
-        group: a group (name or number) whose members may share the run directory: it is
-            created group-owned with mode 2770, its files 0660, and files owned by that group are
-            accepted. Without it the run directory is private to the current user.
-        read_only: open an existing run directory to read it only (``rallypoint status``):
-            nothing is created, a missing run directory is an error, writes are refused.
-    """
-
-    model_config = ConfigDict(extra="forbid")
-
-    path: str = Field(description="directory on a file system shared by every node")
-    poll_interval: float = Field(default=0.01, gt=0, le=5)
-    group: str | None = Field(default=None, min_length=1, description="group that may share the run directory")
-    read_only: bool = Field(default=False, description="read an existing run directory, create and write nothing")
 
 
 class FileBackend:

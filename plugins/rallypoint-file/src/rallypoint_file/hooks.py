@@ -12,7 +12,7 @@ from rallypoint.rendezvous.records import RendezvousBackendRecord
 @hookimpl
 def rallypoint_rendezvous_backends() -> list[RendezvousBackendRecord]:
     """The ``file`` backend: fcntl locks on a directory shared by every node."""
-    from rallypoint_file.backend import FileOptions
+    from rallypoint_file.options import FileOptions
 
     return [
         RendezvousBackendRecord(

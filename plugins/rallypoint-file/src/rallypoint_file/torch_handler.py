@@ -18,7 +18,8 @@ def _open(run_id: str, params: Any) -> Any:
     """
     from pydantic import ValidationError
 
-    from rallypoint_file.backend import FileBackend, FileOptions
+    from rallypoint_file.backend import FileBackend
+    from rallypoint_file.options import FileOptions
 
     if not params.endpoint:
         raise ValueError("rallypoint-file needs --rdzv-endpoint DIR (a directory every node can reach)")

@@ -42,6 +42,7 @@ from rallypoint.rendezvous.errors import RendezvousBackendError
 from rallypoint_grpc._proto import rendezvous_pb2 as pb
 from rallypoint_grpc._proto import rendezvous_pb2_grpc as pb_grpc
 from rallypoint_grpc.options import GrpcOptions, parse_endpoint
+from rallypoint_grpc.tls_check import tls_failure
 from rallypoint_grpc.transport import (
     DEFAULT_MAX_MESSAGE_BYTES,
     Backoff,
@@ -148,6 +149,9 @@ class GrpcBackend:
                 f"([rendezvous.options] token_file or token_env)"
             )
         if code in _RETRIED:
+            why = tls_failure(self.endpoint, self._tls, details or "")
+            if why is not None:  # gRPC says "unreachable ... Socket closed": say what TLS refused
+                return RendezvousBackendError(f"{where}: TLS failed: {why}")
             return RendezvousBackendError(
                 f"{where} unreachable for {self.retry_timeout:g} s ({details}); is the server (or the agent that "
                 f"hosts it) running, and is the address reachable from this host?"

@@ -2,11 +2,60 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-__all__ = ["GrpcOptions", "format_endpoint", "parse_endpoint"]
+from rallypoint.core.config import file_problem, variable_problem
+from rallypoint.core.config.sections import cross_field_error
+
+__all__ = ["GrpcOptions", "check_files", "format_endpoint", "parse_endpoint"]
+
+#: The options that name a file read at start-up: key, what the file is, whether it is PEM.
+_FILES = (
+    ("tls_ca", "CA certificate", True),
+    ("tls_cert", "TLS certificate", True),
+    ("tls_key", "TLS key", True),
+    ("token_file", "token file", False),
+)
+
+
+class _FileOptions(Protocol):
+    tls_ca: str | None
+    tls_cert: str | None
+    tls_key: str | None
+    token_file: str | None
+    token_env: str | None
+
+
+def check_files(options: _FileOptions) -> None:
+    """Refuse options naming a file that cannot be read, or an unset token variable (located at its key).
+
+    Checked with the job (``config check``, ``run`` before anything starts), not when a node
+    first reads the file.
+
+    Raises:
+        pydantic_core.PydanticCustomError: the first such option, at its key.
+    """
+    for key, what, pem in _FILES:
+        path = getattr(options, key)
+        problem = None if path is None else file_problem(path, what, pem=pem)
+        if problem:
+            kind = "a readable PEM file" if pem else "a readable file"
+            raise cross_field_error(
+                "file",
+                "{problem}; {key} must name {expected} on every node",
+                (key,),
+                problem=problem,
+                key=key,
+                expected=kind,
+            )
+    if options.token_env is not None:
+        problem = variable_problem(options.token_env, "token")
+        if problem:
+            raise cross_field_error(
+                "variable", "{problem}; export it, with the same token, on every node", ("token_env",), problem=problem
+            )
 
 
 def parse_endpoint(text: str) -> tuple[str, int]:
@@ -88,6 +137,7 @@ class GrpcOptions(BaseModel):
             raise ValueError("tls_cert and tls_key go together")
         if self.mutual_tls and (self.tls_ca is None or self.tls_cert is None):
             raise ValueError("mutual_tls needs tls_ca, tls_cert and tls_key")
+        check_files(self)
         return self
 
     @property

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from rallypoint_grpc.options import check_files
+
 __all__ = ["GrpcRpcOptions"]
 
 
@@ -57,4 +59,5 @@ class GrpcRpcOptions(BaseModel):
             raise ValueError("TLS (tls_ca) needs tls_cert and tls_key: every worker also serves")
         if self.mutual_tls and self.tls_ca is None:
             raise ValueError("mutual_tls needs tls_ca, tls_cert and tls_key")
+        check_files(self)
         return self

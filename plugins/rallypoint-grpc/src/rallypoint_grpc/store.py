@@ -54,6 +54,8 @@ class Limits:
         max_watches: watches held at once (each holds one stream).
         max_watch_seconds: the longest a single watch call waits (clients re-issue).
         max_ttl_seconds: the longest lease.
+        max_key_bytes: the longest key, key prefix or run id (space).
+        max_request_id_bytes: the longest request id (kept for replies to retried writes).
     """
 
     max_value_bytes: int = 1 << 20
@@ -61,6 +63,8 @@ class Limits:
     max_watches: int = 100_000
     max_watch_seconds: float = 3600.0
     max_ttl_seconds: float = 365 * 86400.0
+    max_key_bytes: int = 4096
+    max_request_id_bytes: int = 128
 
 
 @dataclass
@@ -81,18 +85,36 @@ class _Space:
     leases: list[tuple[float, str, int]] = field(default_factory=list)  # heap of (expiry, key, version)
 
 
-def check_space(space: str) -> str:
+def _shown(text: str) -> str:
+    """``text`` for a message: quoted, and cut short when long."""
+    return repr(text) if len(text) <= 60 else f"{text[:57]!r}... ({len(text)} characters)"
+
+
+def _bounded(text: str, what: str, limit: int) -> str:
+    if len(text) > limit:
+        raise StoreError("invalid", f"{what} {_shown(text)} is longer than {limit} characters")
+    return text
+
+
+def _no_constant(name: str) -> Any:
+    """``json.loads``'s hook for ``NaN``, ``Infinity`` and ``-Infinity``, which JSON does not have."""
+    raise ValueError(f"{name} is not JSON")
+
+
+def check_space(space: str, limit: int = Limits.max_key_bytes) -> str:
     """A space is a run id: one key segment."""
+    _bounded(space, "run id", limit)
     try:
         check_key(space)
     except ValueError:
-        raise StoreError("invalid", f"invalid run id {space!r}") from None
+        raise StoreError("invalid", f"invalid run id {_shown(space)}") from None
     if "/" in space:
-        raise StoreError("invalid", f"invalid run id {space!r}: no '/' allowed")
+        raise StoreError("invalid", f"invalid run id {_shown(space)}: no '/' allowed")
     return space
 
 
-def _check_key(key: str, *, prefix: bool = False) -> str:
+def _check_key(key: str, *, prefix: bool, limit: int) -> str:
+    _bounded(key, "key prefix" if prefix else "key", limit)
     try:
         return check_key(key, prefix=prefix)
     except ValueError as exc:
@@ -242,7 +264,7 @@ class Store:
         """The space of run id ``name`` (created on first use), with expired leases removed."""
         sp = self.spaces.get(name)
         if sp is None:
-            sp = self.spaces[check_space(name)] = _Space(name)
+            sp = self.spaces[check_space(name, self.limits.max_key_bytes)] = _Space(name)
         self.expire(sp)
         return sp
 
@@ -262,7 +284,7 @@ class Store:
     def _write(self, name: str, sp: _Space, key: str, text: str, ttl: float | None) -> int:
         if len(text) > self.limits.max_value_bytes:
             raise StoreError(
-                "invalid", f"value of {key!r} is {len(text)} bytes; the limit is {self.limits.max_value_bytes}"
+                "invalid", f"value of {_shown(key)} is {len(text)} bytes; the limit is {self.limits.max_value_bytes}"
             )
         old = sp.data.get(key)
         grow = len(text) + len(key) - (0 if old is None else len(old.text) + len(key))
@@ -284,9 +306,10 @@ class Store:
 
     def _json(self, key: str, text: str) -> str:
         try:
-            json.loads(text)
-        except (ValueError, RecursionError):
-            raise StoreError("invalid", f"value of {key!r} is not JSON text") from None
+            json.loads(text, parse_constant=_no_constant)
+        except (ValueError, RecursionError) as exc:
+            why = f" ({exc})" if "is not JSON" in str(exc) else ""
+            raise StoreError("invalid", f"value of {_shown(key)} is not JSON text{why}") from None
         return text
 
     def _sum(self, sp: _Space, key: str, amount: int) -> int:
@@ -304,6 +327,7 @@ class Store:
         """Apply a write once per request id: a retried request gets the first reply again."""
         if not request_id:
             return compute()
+        _bounded(request_id, "request id", self.limits.max_request_id_bytes)
         if request_id in self._replies:
             return self._replies[request_id]
         reply = compute()
@@ -312,15 +336,19 @@ class Store:
             self._replies.popitem(last=False)
         return reply
 
+    def _key(self, key: str, *, prefix: bool = False) -> str:
+        """``key`` (or a key prefix) if it is valid and within :attr:`Limits.max_key_bytes`."""
+        return _check_key(key, prefix=prefix, limit=self.limits.max_key_bytes)
+
     # -- operations -----------------------------------------------------------------------
     def get(self, name: str, key: str) -> tuple[str, int] | None:
         """``(json text, version)`` of ``key``, or ``None``."""
-        item = self.space(name).data.get(_check_key(key))
+        item = self.space(name).data.get(self._key(key))
         return None if item is None else (item.text, item.version)
 
     def set(self, name: str, key: str, text: str, ttl: float | None, request_id: str = "") -> int:
         """Store ``text`` under ``key``; return the new version."""
-        _check_key(key)
+        self._key(key)
         sp = self.space(name)
         return int(self._once(request_id, lambda: self._write(name, sp, key, self._json(key, text), ttl)))
 
@@ -328,7 +356,7 @@ class Store:
         self, name: str, key: str, text: str, version: int | None, ttl: float | None, request_id: str = ""
     ) -> tuple[bool, tuple[str, int] | None]:
         """Write only at ``version`` (``None``: absent); ``(written, entry after the call)``."""
-        _check_key(key)
+        self._key(key)
         sp = self.space(name)
         self._json(key, text)
 
@@ -343,7 +371,7 @@ class Store:
 
     def add(self, name: str, key: str, amount: int, request_id: str = "") -> int:
         """Add ``amount`` to the integer under ``key`` (absent: 0); return the sum."""
-        _check_key(key)
+        self._key(key)
         sp = self.space(name)
 
         def apply() -> int:
@@ -360,8 +388,8 @@ class Store:
 
         Returns ``(True, None, the sum)``, or ``(False, the entry there, 0)`` with nothing written.
         """
-        _check_key(key)
-        _check_key(counter)
+        self._key(key)
+        self._key(counter)
         sp = self.space(name)
         self._json(key, text)
 
@@ -403,11 +431,11 @@ class Store:
         Returns ``(the listing before the writes, the counter after the add or None when nothing
         was added, the claim key's entry after the call or None)``.
         """
-        _check_key(prefix, prefix=True)
-        _check_key(counter)
-        _check_key(unless)
+        self._key(prefix, prefix=True)
+        self._key(counter)
+        self._key(unless)
         if claim is not None:
-            _check_key(claim[0])
+            self._key(claim[0])
             self._json(claim[0], claim[1])
         sp = self.space(name)
 
@@ -438,7 +466,7 @@ class Store:
 
     def delete(self, name: str, key: str, version: int | None, request_id: str = "") -> bool:
         """Delete ``key`` (only at ``version`` when given)."""
-        _check_key(key)
+        self._key(key)
         sp = self.space(name)
 
         def apply() -> bool:
@@ -455,13 +483,13 @@ class Store:
 
     def list(self, name: str, prefix: str) -> dict[str, tuple[str, int]]:
         """Every ``key: (text, version)`` under ``prefix``."""
-        _check_key(prefix, prefix=True)
+        self._key(prefix, prefix=True)
         sp = self.space(name)
         return {k: (sp.data[k].text, sp.data[k].version) for k in self._under(sp, prefix)}
 
     def changed(self, name: str, key: str, prefix: bool, version: int | None, versions: dict[str, int]) -> bool:
         """Whether the state already differs from what the watcher holds."""
-        _check_key(key, prefix=prefix)
+        self._key(key, prefix=prefix)
         sp = self.space(name)
         if not prefix:
             item = sp.data.get(key)

@@ -104,6 +104,37 @@ def _check_node_names(ctx: click.Context, **names: str | None) -> None:
         raise ConfigError(issues)
 
 
+def _check_local_addr(ctx: click.Context, local_addr: str | None, from_pet: bool) -> None:
+    """Refuse a ``--local-addr`` (or its variable) that is no address: it would become ``MASTER_ADDR``."""
+    from rallypoint.agent.config import check_local_addr
+
+    problem = None if local_addr is None else check_local_addr(local_addr)
+    if problem:
+        if from_pet:
+            source = "PET_LOCAL_ADDR (environment)"
+        elif ctx.get_parameter_source("local_addr") == click.core.ParameterSource.ENVIRONMENT:
+            source = "RALLYPOINT_LOCAL_ADDR (environment)"
+        else:
+            source = f"--local-addr {_FLAG}"
+        raise ConfigError([ConfigIssue(source, "", problem)])
+
+
+def _with_environment(
+    flags: dict[str, Any], as_module: bool, local_addr: str | None
+) -> tuple[dict[str, Any], set[str], bool, str | None]:
+    """The flags with torchrun's ``PET_*`` variables for those not given (``-m`` and ``--local-addr`` too).
+
+    Returns the torchrun flags, the names of those taken from the environment, ``-m`` and the
+    checked ``--local-addr``.
+    """
+    from rallypoint.agent.torchrun_flags import from_environment
+
+    flags, from_env = from_environment({**flags, "module": as_module, "local_addr": local_addr}, os.environ)
+    as_module, local_addr = bool(flags.pop("module")), flags.pop("local_addr")  # PET_MODULE, PET_LOCAL_ADDR too
+    _check_local_addr(click.get_current_context(), local_addr, "local_addr" in from_env)
+    return flags, from_env, as_module, local_addr
+
+
 def _resolve(
     job_file: str | None,
     overrides: list[tuple[str, Any, str]],
@@ -196,7 +227,7 @@ def run(
     """
     from rallypoint.agent.config import AgentSection
     from rallypoint.agent.plan import NodeFacts, plan_job, route_targets
-    from rallypoint.agent.torchrun_flags import from_environment, static_node_env, torchrun_overrides
+    from rallypoint.agent.torchrun_flags import static_node_env, torchrun_overrides
     from rallypoint.core.cli import plugin_manager
     from rallypoint.core.commands import _parse_set
 
@@ -204,8 +235,7 @@ def run(
     warm = _warm_overrides(flags.pop("preload"), flags.pop("preload_keep"))
     script = list(args)
     job_file = script.pop(0) if script and script[0].endswith(".toml") else None
-    flags, from_env = from_environment({**flags, "module": as_module, "local_addr": local_addr}, os.environ)
-    as_module, local_addr = bool(flags.pop("module")), flags.pop("local_addr")  # PET_MODULE, PET_LOCAL_ADDR too
+    flags, from_env, as_module, local_addr = _with_environment(flags, as_module, local_addr)
     _check_no_python(flags, script)
     overrides = [
         *torchrun_overrides(flags, os.environ, from_env),

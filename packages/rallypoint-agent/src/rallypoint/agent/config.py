@@ -8,6 +8,7 @@ validates ``[ranks.options]`` with the selected strategy's ``options_model``.
 
 from __future__ import annotations
 
+import ipaddress
 import re
 import string
 from typing import Annotated, Any
@@ -65,14 +66,18 @@ _TORCHRUN_TEE = {
 def _nproc(value: Any) -> int | str:
     if value == "auto":
         return "auto"
+    shown = None
     if isinstance(value, str) and (digits := _DIGITS.fullmatch(value)):
         text = digits.group(1).lstrip("0") or "0"
-        value = int(text) if len(text) <= 18 else MAX_NPROC_PER_NODE + 1
+        if len(text) > 18:  # the number as written, without turning thousands of digits into an int
+            value, shown = MAX_NPROC_PER_NODE + 1, text if len(text) < 30 else f"a {len(text)}-digit number"
+        else:
+            value = int(text)
     if isinstance(value, int) and not isinstance(value, bool) and value > MAX_NPROC_PER_NODE:
         raise PydanticCustomError(
             "nproc_bound",
             "at most {bound} workers per node, got {value}",
-            {"bound": MAX_NPROC_PER_NODE, "value": _short(value)},
+            {"bound": MAX_NPROC_PER_NODE, "value": shown or _short(value)},
         )
     if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
         return value
@@ -187,6 +192,35 @@ def check_node_name(value: str, what: str) -> str | None:
     )
 
 
+_HOST_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9])?"
+_HOST_NAME = re.compile(rf"{_HOST_LABEL}(?:\.{_HOST_LABEL})*\.?")
+
+
+def check_local_addr(value: str) -> str | None:
+    """What is wrong with a ``--local-addr`` (an IP address or a host name), or ``None``.
+
+    It becomes the node's address in the rendezvous and the workers' ``MASTER_ADDR``: other
+    nodes connect to it.
+
+    >>> check_local_addr("10.0.0.5") is None, check_local_addr("node3.cluster") is None
+    (True, True)
+    >>> check_local_addr("not an ip!")[:30]
+    "invalid address 'not an ip!': "
+    """
+    try:
+        ipaddress.ip_address(value)
+        return None
+    except ValueError:
+        pass
+    looks_numeric = value.replace(".", "").isdigit()  # 10.0.0.300: a mistyped IPv4 address, not a name
+    if len(value) <= 253 and _HOST_NAME.fullmatch(value) and not looks_numeric:
+        return None
+    return (
+        f"invalid address {_short(value)}: give this node's IP address or host name, the one the other nodes "
+        "reach it at (e.g. 10.0.0.5 or node3.cluster; an IPv6 address without brackets)"
+    )
+
+
 def _env_name(value: str) -> str:
     _no_nul(value)
     if not value or "=" in value:
@@ -243,6 +277,23 @@ NprocPerNode = Annotated[int | str, BeforeValidator(_nproc)]
 #: Which ranks reach the console: ``"all"``, ``"rank0"``, ``"none"`` or a list of ranks.
 Tee = Annotated[str | list[int], BeforeValidator(_tee)]
 _Text = Annotated[str, AfterValidator(_no_nul)]
+#: The most bytes one argument (or variable) may hold on Linux, its NUL excluded (MAX_ARG_STRLEN).
+MAX_ARG_BYTES = 32 * 4096 - 1
+
+
+def _fits_exec(value: str) -> str:
+    size = len(value.encode("utf-8", "surrogateescape"))
+    if size > MAX_ARG_BYTES:
+        raise PydanticCustomError(
+            "arg_size",
+            "holds {size} bytes; Linux passes at most 128 KiB in one argument or variable: write large data to a "
+            "file and pass its path",
+            {"size": size},
+        )
+    return value
+
+
+_ExecText = Annotated[_Text, AfterValidator(_fits_exec)]
 _Target = Annotated[str, AfterValidator(_no_nul), AfterValidator(_not_blank)]
 
 
@@ -274,8 +325,8 @@ class JobSection(Section):
     )
     entrypoint: _Target | None = Field(default=None, description="Script (or executable) each worker runs.")
     module: _Target | None = Field(default=None, description="Python module to run with -m, instead of entrypoint.")
-    args: list[_Text] = Field(default_factory=list, description="Arguments passed to every worker.")
-    env: dict[Annotated[str, AfterValidator(_env_name)], _Text] = Field(
+    args: list[_ExecText] = Field(default_factory=list, description="Arguments passed to every worker.")
+    env: dict[Annotated[str, AfterValidator(_env_name)], _ExecText] = Field(
         default_factory=dict, description="Extra environment for every worker."
     )
 
@@ -356,6 +407,18 @@ class AgentSection(Section):
     role: Annotated[str, AfterValidator(_job_name)] = Field(
         default="default", description="The workers' ROLE_NAME (torchrun's --role); every node of a job has the same."
     )
+
+    @model_validator(mode="after")
+    def _keep_needs_preload(self) -> AgentSection:
+        if self.preload_keep > 0 and not self.preload:
+            raise cross_field_error(
+                "preload_keep",
+                "preload_keep ({keep}) keeps the warm process of agent.preload, and preload names no module: "
+                'list the modules to import once (e.g. preload = ["torch"]), or drop preload_keep',
+                ("preload_keep", "preload"),
+                keep=format_duration(self.preload_keep),
+            )
+        return self
 
 
 #: The sections this package declares, in the order a job file shows them.

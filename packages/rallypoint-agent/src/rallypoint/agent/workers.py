@@ -71,6 +71,7 @@ from rallypoint.agent import sentinel
 from rallypoint.agent.logs import WorkerLogs
 from rallypoint.agent.spawner import in_thread, interruptions_held, spawner, wait_through
 from rallypoint.agent.warm import WarmLauncher, WarmProcess
+from rallypoint.agent.worker_errors import WorkerStartError
 from rallypoint.core.errors import RallypointError
 
 __all__ = [
@@ -152,20 +153,6 @@ def _wait_no_reap(popen: subprocess.Popen[bytes] | WarmProcess) -> int:
                     return info.si_status
                 return -info.si_status  # CLD_KILLED / CLD_DUMPED
     return popen.wait()
-
-
-class WorkerStartError(RallypointError):
-    """A worker process could not be started (missing executable, bad cwd, no permission)."""
-
-    def __init__(self, rank: int, argv: Sequence[str], cause: BaseException) -> None:
-        self.rank = rank
-        self.argv = list(argv)
-        self.cause = cause
-        what = cause.strerror if isinstance(cause, OSError) and cause.strerror else str(cause)
-        super().__init__(
-            f"could not start worker rank {rank} ({self.argv[0] if self.argv else '<empty argv>'}): {what}. "
-            "Check the entry point path, the working directory and that the file is executable"
-        )
 
 
 @dataclass(frozen=True)
@@ -367,7 +354,7 @@ class WorkerGroup:
                 worker, interruption = wait_through(started, patience=FORK_PATIENCE)
             except (OSError, subprocess.SubprocessError) as err:
                 self.stop(grace=0)
-                raise WorkerStartError(spec.rank, spec.argv, err) from err
+                raise WorkerStartError(spec.rank, spec.argv, err, spec.env) from err
             except RallypointError:  # the warm process refused or died: all or nothing still
                 self.stop(grace=0)
                 raise

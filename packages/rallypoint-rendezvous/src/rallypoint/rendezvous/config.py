@@ -19,6 +19,8 @@ from rallypoint.core.config.sections import cross_field_error
 from rallypoint.rendezvous.timeouts import RendezvousTimeouts
 
 __all__ = [
+    "MIN_HEARTBEAT_INTERVAL",
+    "MIN_HEARTBEAT_TIMEOUT",
     "MAX_RUN_ID_LENGTH",
     "RENDEZVOUS_SECTION",
     "RUN_ID_PATTERN",
@@ -55,6 +57,24 @@ def check_run_id(value: str) -> str:
 
 
 _DEFAULTS = RendezvousTimeouts()
+#: The shortest ``heartbeat_interval``: each beat is a write to the backend, by every node.
+MIN_HEARTBEAT_INTERVAL = 0.1
+#: The shortest ``heartbeat_timeout``: shorter, a node is taken for dead by a pause of its host (a
+#: scheduler hiccup, a garbage collection) and every round ends in a re-rendezvous.
+MIN_HEARTBEAT_TIMEOUT = 0.5
+
+
+def _at_least(bound: float, why: str) -> Any:
+    def check(seconds: float) -> float:
+        if seconds < bound:
+            raise PydanticCustomError(
+                "duration_floor",
+                "at least {bound}, got {value}: {why}",
+                {"bound": format_duration(bound), "value": format_duration(seconds), "why": why},
+            )
+        return seconds
+
+    return AfterValidator(check)
 
 
 class RendezvousSection(Section):
@@ -67,8 +87,14 @@ class RendezvousSection(Section):
     join_timeout: PositiveDuration = _DEFAULTS.join
     last_call_timeout: Duration = _DEFAULTS.last_call
     close_timeout: PositiveDuration = _DEFAULTS.close
-    heartbeat_interval: PositiveDuration = _DEFAULTS.heartbeat_interval
-    heartbeat_timeout: PositiveDuration = _DEFAULTS.heartbeat_timeout
+    heartbeat_interval: Annotated[
+        PositiveDuration,
+        _at_least(MIN_HEARTBEAT_INTERVAL, "every node writes to the backend each interval (default 2s)"),
+    ] = _DEFAULTS.heartbeat_interval
+    heartbeat_timeout: Annotated[
+        PositiveDuration,
+        _at_least(MIN_HEARTBEAT_TIMEOUT, "a shorter pause of a node's host would take it for dead (default 10s)"),
+    ] = _DEFAULTS.heartbeat_timeout
     options: dict[str, Any] = Field(default_factory=dict, description="The backend's own options.")
 
     @model_validator(mode="after")

@@ -1,17 +1,61 @@
-"""Who is alive and who waits: liveness from heartbeat observations, the watch ring, the wait list.
+"""Who is alive and who waits: heartbeat records, liveness from observing them, the watch ring, the wait list.
 
 Liveness never compares two hosts' clocks: a peer is dead when its heartbeat record has not
-changed for ``heartbeat_timeout`` of the observer's own monotonic time.
+changed for ``heartbeat_timeout`` of the observer's own monotonic time. A record that is not a
+heartbeat record at all (garbage written by something other than rallypoint, a file that is not
+JSON) is not a silent peer: :func:`heartbeat_problem` says what is wrong with it, and the state
+machine fails the round at once rather than wait for anyone.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from rallypoint.rendezvous.keyspace import Header
 
-__all__ = ["LivenessTracker", "nodes_waiting", "ring_successors"]
+__all__ = [
+    "LivenessTracker",
+    "Unreadable",
+    "heartbeat_problem",
+    "heartbeat_record",
+    "nodes_waiting",
+    "ring_successors",
+]
+
+
+@dataclass(frozen=True)
+class Unreadable:
+    """A heartbeat record the backend could not read (not JSON, not decodable), and why."""
+
+    why: str
+
+
+def heartbeat_record(incarnation: str, seq: int) -> dict[str, Any]:
+    """The heartbeat record a node writes: its incarnation and a counter that changes every beat."""
+    return {"inc": incarnation, "seq": seq}
+
+
+def heartbeat_problem(value: Any) -> str | None:
+    """What is wrong with an observed heartbeat record, or ``None`` (well formed, or absent: ``None``).
+
+    >>> heartbeat_problem({"inc": "a1", "seq": 3}) is None, heartbeat_problem("garbage")
+    (True, "it holds 'garbage', not a heartbeat record")
+    """
+    if value is None:
+        return None
+    if isinstance(value, Unreadable):
+        return value.why
+    if (
+        isinstance(value, dict)
+        and isinstance(value.get("inc"), str)
+        and isinstance(value.get("seq"), int)
+        and not isinstance(value.get("seq"), bool)
+    ):
+        return None
+    shown = repr(value)
+    return f"it holds {shown if len(shown) <= 60 else shown[:57] + '...'}, not a heartbeat record"
 
 
 class LivenessTracker:

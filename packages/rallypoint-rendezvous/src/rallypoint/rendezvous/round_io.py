@@ -27,6 +27,7 @@ from rallypoint.rendezvous.backend import (
 )
 from rallypoint.rendezvous.errors import RendezvousBackendError, RendezvousStateError
 from rallypoint.rendezvous.keyspace import roster_key, roster_prefix
+from rallypoint.rendezvous.membership import Unreadable, heartbeat_record
 from rallypoint.rendezvous.roster import ROSTERS, Roster, encode_roster
 from rallypoint.rendezvous.state import (
     CLOSED_KEY,
@@ -233,8 +234,19 @@ class RoundIO:
         return out
 
     def read_heartbeats(self, ids: tuple[str, ...]) -> dict[str, Any]:
-        """The heartbeat values of ``ids`` (``None`` when absent)."""
-        return {i: _heartbeat_value(self.backend.get(heartbeat_key(i))) for i in ids}
+        """The heartbeat values of ``ids`` (``None`` when absent).
+
+        A record the backend cannot read (a file that is not JSON, a value that does not decode)
+        is :class:`~rallypoint.rendezvous.membership.Unreadable`: the state machine names its
+        node and fails the round, instead of this read failing the reader's own heartbeat.
+        """
+        out: dict[str, Any] = {}
+        for i in ids:
+            try:
+                out[i] = _heartbeat_value(self.backend.get(heartbeat_key(i)))
+            except (RendezvousStateError, ValueError) as exc:
+                out[i] = Unreadable(str(exc))
+        return out
 
     def decide(self, now: float, view: View | None = None) -> tuple[Action, View]:
         """Read what the machine needs and return its action (not yet applied).
@@ -307,7 +319,7 @@ class RoundIO:
     def heartbeat(self) -> None:
         """Rewrite this node's own heartbeat record (the only key a heartbeat touches)."""
         self._hb_seq += 1
-        self.backend.set(heartbeat_key(self.machine.node_id), {"inc": self.machine.incarnation, "seq": self._hb_seq})
+        self.backend.set(heartbeat_key(self.machine.node_id), heartbeat_record(self.machine.incarnation, self._hb_seq))
 
     def ensure_ticket(self) -> None:
         """Take an arrival ticket once per incarnation."""

@@ -77,7 +77,13 @@ from rallypoint.rendezvous.keyspace import (
     join_key,
     join_prefix,
 )
-from rallypoint.rendezvous.membership import LivenessTracker, nodes_waiting, ring_successors
+from rallypoint.rendezvous.membership import (
+    LivenessTracker,
+    Unreadable,
+    heartbeat_problem,
+    nodes_waiting,
+    ring_successors,
+)
 
 __all__ = [
     "CLOSED_KEY",
@@ -222,6 +228,9 @@ class RendezvousStateMachine:
                 if view.heartbeats is None or any(w not in view.heartbeats for w in watched):
                     return NeedHeartbeats(watched)
                 self._next_check = now + s.timeouts.heartbeat_interval
+                corrupt = self._fail_on_corrupt(view, watched)
+                if corrupt is not None:
+                    return corrupt
                 dead = self._dead(watched, view.heartbeats, now)
                 if dead:
                     return CasHeader(view.header_version, Header(round=h.round + 1, reason=_no_heartbeat(dead)))
@@ -253,6 +262,9 @@ class RendezvousStateMachine:
             if view.heartbeats is None or any(w not in view.heartbeats for w in watched):
                 return NeedHeartbeats(watched)
             self._next_check = now + s.timeouts.heartbeat_interval
+            corrupt = self._fail_on_corrupt(view, watched)
+            if corrupt is not None:
+                return corrupt
             dead = self._dead(watched, view.heartbeats, now)
             if dead:
                 return RemoveJoins(r, dead)
@@ -268,6 +280,24 @@ class RendezvousStateMachine:
             return Wait(min(self.join_deadline, seen + s.timeouts.last_call, self._next_check))
         self._min_seen_at.pop(r, None)
         return Wait(min(self.join_deadline, self._next_check))
+
+    def _fail_on_corrupt(self, view: View, watched: Sequence[str]) -> CasHeader | None:
+        """The write that closes the job as failed when a watched heartbeat record is not one, else ``None``.
+
+        Only rallypoint writes heartbeat records, and always well formed: a corrupt one means the
+        run's state was written from outside. Waiting it out would take ``heartbeat_timeout`` (or,
+        for the nodes left behind, the whole join timeout); every node stops now, told which one.
+        """
+        heartbeats = view.heartbeats or {}
+        for node in watched:
+            value = heartbeats.get(node)
+            problem = heartbeat_problem(value)
+            if problem is not None:
+                reason = f"the heartbeat record of node {node!r} ({heartbeat_key(node)}) is corrupt: {problem}"
+                if not isinstance(value, Unreadable):  # the backend's own message says what to do
+                    reason += "; it was written from outside rallypoint: start the job again with a new run_id"
+                return self.close_header(view, reason, failed=True)
+        return None
 
     def _dead(self, watched: Sequence[str], heartbeats: Mapping[str, Any], now: float) -> tuple[str, ...]:
         for w in watched:
@@ -323,11 +353,15 @@ class RendezvousStateMachine:
         """Check the watched members' heartbeats in a running round.
 
         ``view.heartbeats`` must hold the values of :meth:`watched_peers`. Returns the header
-        write that opens the next round when one of them is dead, else ``None``.
+        write that opens the next round when one of them is dead, the write that closes the
+        job as failed when a record is corrupt, else ``None``.
         """
         h = view.header
         if h.closed or not h.complete or self.last_round != h.round or view.heartbeats is None:
             return None
+        corrupt = self._fail_on_corrupt(view, self.watched_peers(h))
+        if corrupt is not None:
+            return corrupt
         dead = self._dead(self.watched_peers(h), view.heartbeats, now)
         if not dead:
             return None

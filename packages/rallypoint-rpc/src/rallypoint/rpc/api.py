@@ -17,7 +17,7 @@ from rallypoint.rpc.exposure import Exposure, callable_path
 from rallypoint.rpc.futures import Future
 from rallypoint.rpc.gradctx import tag
 from rallypoint.rpc.group import StoreGroup
-from rallypoint.rpc.options import RpcOptions, make_transport
+from rallypoint.rpc.options import RpcOptions, transport_factory
 from rallypoint.rpc.rref import RRef
 
 __all__ = [
@@ -87,8 +87,9 @@ def init_rpc(
             )
             log.warning(message)
             warnings.warn(message, stacklevel=2)
+        make_transport = transport_factory(opts)  # before the store: no transport, no wait
         group = StoreGroup.connect(rank, world_size, opts.init_method, opts.init_timeout, env)
-        transport = make_transport(opts, group.token())
+        transport = make_transport(group.token())
         agent = RpcAgent(
             WorkerInfo(name, rank),
             transport,

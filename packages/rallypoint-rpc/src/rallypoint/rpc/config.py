@@ -9,13 +9,23 @@ RPC transports (:data:`~rallypoint.rpc.records.RPC_TRANSPORTS`) and validates
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field
+from pydantic import AfterValidator, Field
+from pydantic_core import PydanticCustomError
 
 from rallypoint.core.config import ConfigSection, Duration, ResolvedConfig, Section, section_env
 
 __all__ = ["RPC_SECTION", "RpcSection", "worker_env"]
+
+
+def _pattern(value: str) -> str:
+    from rallypoint.rpc.exposure import allow_pattern_problem
+
+    problem = allow_pattern_problem(value)
+    if problem:
+        raise PydanticCustomError("allow_pattern", "{problem}", {"problem": problem})
+    return value
 
 
 class RpcSection(Section):
@@ -26,7 +36,7 @@ class RpcSection(Section):
         default="safe", description='How values travel; "pickle" is an explicit opt-in.'
     )
     timeout: Duration = Field(default=60.0, description="Default timeout of a call (0: none).")
-    allow: list[str] = Field(
+    allow: list[Annotated[str, AfterValidator(_pattern)]] = Field(
         default_factory=list,
         description='Modules whose public functions and classes peers may call ("pkg" or "pkg.*").',
     )

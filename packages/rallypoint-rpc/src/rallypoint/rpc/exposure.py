@@ -22,13 +22,23 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import re
 import sys
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
-from rallypoint.rpc.errors import RpcRefused, SerializationError
+from rallypoint.rpc.errors import RpcError, RpcRefused, SerializationError
 
-__all__ = ["BUILTIN_MODULES", "DEFAULT_ALLOW", "Exposure", "callable_path", "default_allowed", "expose", "is_exposed"]
+__all__ = [
+    "BUILTIN_MODULES",
+    "DEFAULT_ALLOW",
+    "Exposure",
+    "allow_pattern_problem",
+    "callable_path",
+    "default_allowed",
+    "expose",
+    "is_exposed",
+]
 
 _MARK = "__rallypoint_rpc_exposed__"
 #: Module patterns whose own public classes and functions every worker accepts.
@@ -81,6 +91,25 @@ def callable_path(fn: Any) -> str:
     return f"{module}:{qualname}"
 
 
+#: A module name (dot-separated, as ``sys.modules`` holds it), optionally followed by ``.*``.
+_PATTERN = re.compile(r"[^.\s*:]+(\.[^.\s*:]+)*(\.\*)?")
+
+
+def allow_pattern_problem(pattern: str) -> str | None:
+    """Why ``pattern`` is no ``allow`` pattern (it would match nothing), or ``None`` when it is one.
+
+    >>> allow_pattern_problem("mypkg.*") is None, allow_pattern_problem("")[:30]
+    (True, "'' is not a module pattern: wr")
+    """
+    if _PATTERN.fullmatch(pattern):
+        return None
+    shown = repr(pattern) if len(pattern) <= 60 else repr(pattern[:57]) + "..."
+    return (
+        f'{shown} is not a module pattern: write a module ("mypkg": it and its submodules) '
+        'or "mypkg.*" (its submodules)'
+    )
+
+
 def _matches(module: str, pattern: str) -> bool:
     if pattern.endswith(".*"):
         return module.startswith(pattern[:-1])
@@ -101,6 +130,10 @@ class Exposure:
 
     def __init__(self, allow: Iterable[str] = (), *, everything: bool = False) -> None:
         self.allow = tuple(allow)
+        for pattern in self.allow:
+            problem = allow_pattern_problem(pattern)
+            if problem:
+                raise RpcError(f"invalid [rpc] allow: {problem}")
         #: ``serializer = "pickle"``: any importable public object (a trusted cluster).
         self.everything = everything
 

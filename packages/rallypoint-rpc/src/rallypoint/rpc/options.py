@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from rallypoint.rpc.errors import RpcError
 
-__all__ = ["RpcOptions", "make_transport"]
+__all__ = ["RpcOptions", "make_transport", "transport_factory"]
 
 _PREFIX = "RALLYPOINT_RPC_"
 
@@ -79,11 +79,14 @@ class RpcOptions:
         )
 
 
-def make_transport(options: RpcOptions, token: str) -> Any:
-    """The selected transport, built by its plugin's factory.
+def transport_factory(options: RpcOptions) -> Callable[[str], Any]:
+    """The selected transport's factory, its options validated: call it with the job's token.
+
+    ``init_rpc`` calls this before it reaches the store, so a worker without its transport
+    fails at once, not after waiting for its peers.
 
     Raises:
-        RpcError: no such transport installed, or its options are invalid.
+        RpcError: no such transport installed (saying what to install), or its options are invalid.
     """
     from pydantic import BaseModel, ValidationError
 
@@ -92,10 +95,20 @@ def make_transport(options: RpcOptions, token: str) -> Any:
     from rallypoint.core.records import load_object
     from rallypoint.rpc.records import RPC_TRANSPORTS
 
+    pm = get_plugin_manager()
+    registry = pm.registry(RPC_TRANSPORTS)
     try:
-        record = get_plugin_manager().registry(RPC_TRANSPORTS).get(options.transport, where=options.source)
+        record = registry.get(options.transport, where=options.source)
     except RallypointError as exc:
-        raise RpcError(str(exc)) from None
+        failure = pm.failure_named(options.transport)  # disabled, or failed to import
+        if failure is not None:
+            raise RpcError(f"init_rpc: {failure.error}") from None
+        if not registry.names():
+            raise RpcError(
+                f"init_rpc: the RPC transport {options.transport!r} ({options.source}) is not installed, and "
+                f"rallypoint-rpc makes no calls without one: {RPC_TRANSPORTS.install_hint}"
+            ) from None
+        raise RpcError(f"init_rpc: {exc}") from None
     model = record.options_model
     given = options.transport_options
     if model is not None and not isinstance(given, BaseModel):
@@ -104,4 +117,14 @@ def make_transport(options: RpcOptions, token: str) -> Any:
         except ValidationError as exc:
             raise RpcError(f"invalid options for RPC transport {record.name} ({options.source}): {exc}") from None
     factory = load_object(record.factory)
-    return factory(given, token=token, num_threads=options.num_worker_threads)
+    threads = options.num_worker_threads
+    return lambda token: factory(given, token=token, num_threads=threads)
+
+
+def make_transport(options: RpcOptions, token: str) -> Any:
+    """The selected transport, built by its plugin's factory (:func:`transport_factory` then the call).
+
+    Raises:
+        RpcError: no such transport installed, or its options are invalid.
+    """
+    return transport_factory(options)(token)

@@ -26,4 +26,5 @@ RPC_TRANSPORTS: PluginKind[RpcTransportRecord] = PluginKind(
     label="RPC transport",
     record_class=RpcTransportRecord,
     config_key="rpc.transport",
+    install_hint="pip install rallypoint-grpc (the grpc transport), or pip install rallypoint (batteries included)",
 )

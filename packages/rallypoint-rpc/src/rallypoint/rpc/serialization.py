@@ -13,6 +13,7 @@ safe serializer refuses a message that holds one, before anything runs.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import math
 import pickle
@@ -153,6 +154,18 @@ class Encoder:
         return out
 
 
+class _Window(ctypes.Array[ctypes.c_ubyte]):
+    """Bytes at an address, as long as any tensor: a tensor's bytes are a slice of one laid over it.
+
+    One type for every size: a ctypes type per size would cost microseconds for each new size
+    and stay cached by ctypes.
+    """
+
+    _type_ = ctypes.c_ubyte
+    _length_ = 1 << 62
+    tensor: Any  # the owner of the memory under the window
+
+
 _DTYPE_NAMES: dict[Any, str] = {}
 _DTYPES: dict[str, tuple[Any, int]] = {}
 
@@ -177,14 +190,16 @@ def _dtype(name: str) -> tuple[Any, int]:
 
 
 def _raw_bytes(flat: Any) -> memoryview:
-    """The bytes of a contiguous (or 1-d span) tensor, without a copy."""
-    try:
-        array = flat.numpy()  # no copy; refused for dtypes numpy lacks (bfloat16)
-    except TypeError:
-        import torch
+    """The bytes of a contiguous (or 1-d span) tensor, without a copy and without numpy.
 
-        array = flat.reshape(-1).view(torch.uint8).numpy()
-    return memoryview(array.reshape(-1)).cast("B")
+    numpy is not a dependency of torch: ``Tensor.numpy()`` fails on a clean install. The view
+    is a slice of one ctypes array laid over the tensor's memory; the array keeps the tensor
+    alive for as long as any view of it exists (the frame is sent after the caller may have
+    dropped the tensor). Any dtype works, bfloat16 included: only bytes are read.
+    """
+    window = _Window.from_address(flat.data_ptr())
+    window.tensor = flat  # the memory's owner lives as long as the view
+    return memoryview(window).cast("B")[: flat.nbytes]
 
 
 def _broadcast_span(shape: Any, strides: Any, numel: int) -> int | None:

@@ -9,6 +9,7 @@ every problem with its file (or variable, or flag) and key path.
 """
 
 from rallypoint.core.config.durations import Duration, PositiveDuration, format_duration, parse_duration
+from rallypoint.core.config.files import file_problem, variable_problem
 from rallypoint.core.config.loader import LoadedConfig, load_job_config, parse_value
 from rallypoint.core.config.render import render_resolved, section_env
 from rallypoint.core.config.resolve import ResolvedConfig, Selection, resolve_config
@@ -24,6 +25,7 @@ __all__ = [
     "Section",
     "Selection",
     "build_schema",
+    "file_problem",
     "format_duration",
     "load_job_config",
     "parse_duration",
@@ -31,4 +33,5 @@ __all__ = [
     "render_resolved",
     "resolve_config",
     "section_env",
+    "variable_problem",
 ]

@@ -269,6 +269,8 @@ def _read_bytes(file_path: Path, label: str) -> bytes:
             raise refuse("is a directory; give the path of a .toml job file")
         if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) or stat.S_ISSOCK(mode):
             raise refuse("is a device or socket, not a job file; give the path of a .toml job file")
+        if stat.S_ISFIFO(mode):  # opening it would wait for a writer, maybe for ever
+            raise refuse("is a named pipe (FIFO), not a job file; write the job to a file and give its path")
         with file_path.open("rb") as handle:
             raw = handle.read(MAX_FILE_BYTES + 1)
     except FileNotFoundError:

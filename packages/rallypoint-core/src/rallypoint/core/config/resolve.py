@@ -172,7 +172,10 @@ def _resolve_one(
         entry = registry.entry(name)
     except UnknownPluginError as exc:
         failure = pm.failure_named(name)
-        issues.append(ConfigIssue(source, key, str(failure.error if failure is not None else exc)))
+        message = str(failure.error if failure is not None else exc)
+        if failure is None and not registry.names() and kind.install_hint:  # say what to install, not a pattern
+            message = f"{kind.label} {name!r} is not installed, and no {kind.label} is; {kind.install_hint}"
+        issues.append(ConfigIssue(source, key, message))
         return None
     record: BackendRecord = entry.record
     try:
