@@ -39,13 +39,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from rallypoint.agent import rejoin as rejoining
-from rallypoint.agent.console import agent_line
+from rallypoint.agent.colour import agent_line
 from rallypoint.agent.env import WorkerContext, worker_environment
 from rallypoint.agent.error_files import read_error_file
+from rallypoint.agent.jobstate import ABORT_KEY, RESTARTS_KEY, JobState
 from rallypoint.agent.logs import WorkerLogs, tee_selects
 from rallypoint.agent.peers import running_status, vanished_peer
 from rallypoint.agent.ranks import RankAssignment, RankNode, WorkerRanks, compute_assignment
-from rallypoint.agent.report import FailureReport, WorkerFailure, failures_from_store
+from rallypoint.agent.report import FailureReport, WorkerFailure
 from rallypoint.agent.settings import AgentResult, AgentSettings, AgentSignal, Outcome, install_signal_handlers
 from rallypoint.agent.waiting import waiting_line
 from rallypoint.agent.warm import WarmLauncher
@@ -57,21 +58,18 @@ if TYPE_CHECKING:
     from rallypoint.core.plugins import RallypointPluginManager
     from rallypoint.rendezvous.handler import RendezvousHandler, RendezvousResult
 
-__all__ = ["AgentResult", "AgentSettings", "ElasticAgent", "Outcome", "WatchdogExpiry", "WatchdogServer"]
+__all__ = [
+    "ABORT_KEY",
+    "RESTARTS_KEY",
+    "AgentResult",
+    "AgentSettings",
+    "ElasticAgent",
+    "Outcome",
+    "WatchdogExpiry",
+    "WatchdogServer",
+]
 
 log = logging.getLogger("rallypoint.agent")
-
-RESTARTS_KEY = "agent/restarts"
-ABORT_KEY = "agent/abort"
-FAILURES_PREFIX = "agent/failures/"
-
-
-def _restart_claim_key(round_: int) -> str:
-    return f"agent/restart-claim/{round_}"
-
-
-def _done_key(round_: int) -> str:
-    return f"agent/done/{round_}"
 
 
 class ElasticAgent:
@@ -98,6 +96,7 @@ class ElasticAgent:
         self.pm = pm
         self.console = console
         self.host = settings.host or socket.gethostname()
+        self._job = JobState(handler, settings, self.say, pm)
         self._group: WorkerGroup | None = None
         self._warm = WarmLauncher(  # inert if empty
             settings.preload, env=settings.preload_env, console=console, keep=settings.preload_keep
@@ -203,12 +202,12 @@ class ElasticAgent:
     def _round(self, result: RendezvousResult) -> AgentResult | None:
         """Run one round's workers; the agent's result when the job ended, ``None`` for the next round."""
         self.rounds += 1
-        restarts = self._restarts()
+        restarts = self._job.restarts()
         self._outcome = None
         outcome, failures = self._run_attempt(result, self._assign_or_abort(result), restarts)
         self._outcome = outcome
         if outcome is Outcome.SUCCEEDED:
-            outcome = self._exit_barrier(result)
+            outcome = self._job.exit_barrier(result)
             if outcome is Outcome.SUCCEEDED:
                 self._close(f"job succeeded (closed by node {self.handler.node_id!r})")
                 self.say(f"job {self.settings.run_id!r} succeeded")
@@ -221,8 +220,8 @@ class ElasticAgent:
             return None
         why = vanished_peer(self.handler, result) if outcome is Outcome.FAILED else "membership changed"
         if why is None:
-            self._publish(failures)
-            if not self._may_restart(result, failures):
+            self._job.publish(failures)
+            if not self._job.may_restart(result, failures):
                 return self._fail(restarts, close=True)
             return None
         self.say(f"round {result.round} is over ({why}); re-rendezvous, no restart counted")
@@ -439,73 +438,6 @@ class ElasticAgent:
             log_file=str(log_file) if log_file else None,
         )
 
-    # -- job-wide state in the rendezvous store -----------------------------------------------
-    def _restarts(self) -> int:
-        entry = self.backend.get(RESTARTS_KEY)
-        return int(entry.value) if entry is not None else 0
-
-    def _publish(self, failures: list[WorkerFailure]) -> None:
-        for f in failures:
-            key = f"{FAILURES_PREFIX}{f.attempt}/{f.node_id}/{f.rank}"
-            self.backend.set(key, f.to_json())
-        for f in failures:
-            self.say(f"worker {f.headline()}")
-
-    def _may_restart(self, result: RendezvousResult, failures: list[WorkerFailure]) -> bool:
-        """Decide (once per round, job-wide) whether the job restarts after a failure."""
-        decision = None
-        if self.pm is not None and failures:
-            decision = self.pm.hook.rallypoint_agent_should_restart(failure=failures[0])
-        claimed, _ = self.backend.compare_and_set(_restart_claim_key(result.round), self.handler.node_id, version=None)
-        if not claimed:
-            return True  # another node already decided for this round; the rendezvous tells us the rest
-        if decision is False:
-            self.say("a rallypoint_agent_should_restart hook declined the restart")
-            return False
-        used = self._restarts()
-        if decision is None and used >= self.settings.max_restarts:
-            return False
-        count = self.backend.add(RESTARTS_KEY, 1)
-        self.say(f"restarting the job ({count} of {self.settings.max_restarts} restart(s) used)")
-        return True
-
-    def _exit_barrier(self, result: RendezvousResult) -> Outcome:
-        """Wait until every node's workers finished.
-
-        Returns:
-            ``SUCCEEDED`` when they did (or the barrier timed out), ``MEMBERSHIP`` when the round
-            restarted meanwhile, ``CLOSED`` when another node closed the job as failed.
-        """
-        key = _done_key(result.round)
-        self.backend.add(key, 1)
-        deadline = time.monotonic() + self.settings.exit_barrier_timeout
-        while True:
-            entry = self.backend.get(key)
-            if entry is not None and int(entry.value) >= result.num_nodes:
-                return Outcome.SUCCEEDED
-            # one read of the header decides: a close by another node between two reads was
-            # taken for a membership change (and a finished job for a failed one)
-            status = self.handler.round_status()
-            if status.closed:
-                return Outcome.CLOSED if status.failed else Outcome.SUCCEEDED
-            if status.superseded:
-                return Outcome.MEMBERSHIP
-            left = deadline - time.monotonic()
-            if left <= 0:
-                self.say(
-                    f"exit barrier: {int(entry.value) if entry else 0} of {result.num_nodes} node(s) finished "
-                    f"within {self.settings.exit_barrier_timeout:g}s; exiting anyway"
-                )
-                return Outcome.SUCCEEDED
-            self.backend.watch(key, version=entry.version if entry else None, timeout=min(left, 0.5))
-
-    def _gather_report(self, restarts: int) -> FailureReport:
-        entries = self.backend.list(FAILURES_PREFIX)
-        failures = failures_from_store([e.value for e in entries.values()])
-        return FailureReport.build(
-            self.settings.run_id, failures, restarts=restarts, max_restarts=self.settings.max_restarts
-        )
-
     def _fail(self, restarts: int, *, close: bool = False, closed_by: str | None = None) -> AgentResult:
         """Print (and save) the job's root-cause report; exit 1.
 
@@ -521,7 +453,7 @@ class ElasticAgent:
                 f"(closed by node {self.handler.node_id!r})",
                 failed=True,
             )
-        report = self._gather_report(restarts)
+        report = self._job.report(restarts)
         saved = report.save(self.settings.log_dir / "failure.json")  # never raises: the console report comes first
         tail = f"\n{closed_by}; this node's workers were stopped" if closed_by else ""
         self.say("job failed\n" + report.format() + f"\n\n{saved}" + tail)
@@ -537,7 +469,7 @@ class ElasticAgent:
         this node did no work after it was dropped. A member whose workers had not finished
         exits 1.
         """
-        restarts = self._restarts()
+        restarts = self._job.restarts()
         abort = self.backend.get(ABORT_KEY)
         if abort is not None:
             value = abort.value if isinstance(abort.value, dict) else {}
