@@ -38,6 +38,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
+from rallypoint.agent import console
 from rallypoint.agent import rejoin as rejoining
 from rallypoint.agent.colour import agent_line
 from rallypoint.agent.env import WorkerContext, worker_environment
@@ -79,7 +80,8 @@ class ElasticAgent:
         handler: this node's rendezvous handler (:class:`rallypoint.rendezvous.handler.RendezvousHandler`).
         settings: the job's agent settings.
         pm: plugin manager whose agent hooks fire (``None``: no hooks).
-        console: where the agent's own messages go (``sys.stderr`` by default).
+        console: where the agent's own messages go (``sys.stderr`` by default); they are queued
+            and written by a thread of their own (:mod:`rallypoint.agent.console`), never waited for.
     """
 
     def __init__(
@@ -111,21 +113,43 @@ class ElasticAgent:
         self._outcome: Outcome | None = None  # how the current round's workers ended (None: running)
         self._reason = ""  # the round header's reason when the monitor saw the round over
         self._gap = 0.0  # and how long the backend had not answered before that read
+        self._not_shown_said = 0  # console lines not shown since run() began, as last reported
+        self._not_shown_before = 0  # ... and the process's count when it began
 
     # -- messages ----------------------------------------------------------------------------
     def say(self, message: str) -> None:
-        """Print one agent message, prefixed so it stands apart from worker output."""
-        print(agent_line(self.host, message, self.console or sys.stderr), file=self.console or sys.stderr, flush=True)
+        """Print one agent message, prefixed so it stands apart from worker output; never blocks."""
+        console.message(agent_line(self.host, message, self.console or sys.stderr) + "\n", self.console)
+
+    def _console_settled(self) -> int:
+        """Let the console catch up (while it takes text: :func:`console.settle`); lines it did not show."""
+        self._not_shown_said = console.settle() - self._not_shown_before
+        return self._not_shown_said
 
     # -- main loop ---------------------------------------------------------------------------
     def run(self) -> AgentResult:
         """Run the job on this node until it succeeds, fails or a signal stops it.
+
+        The console gets the time it takes to show what is queued, as long as it takes text; the
+        last message counts the lines it did not show (:attr:`AgentResult.console_not_shown`).
 
         Raises:
             RendezvousFinishedError: the run id belongs to a job that already ended.
             RendezvousJobMismatchError: a different job uses the run id.
             RallypointError: another node ended the job with an error (e.g. rank assignment).
         """
+        self._not_shown_before = console.not_shown()
+        result = self._run()
+        said = self._not_shown_said
+        result.console_not_shown = self._console_settled()
+        if result.console_not_shown > said:
+            self.say(
+                f"console: {result.console_not_shown} line(s) not shown (it did not keep up, or was closed); "
+                f"the log files under {self.settings.log_dir} have every line of worker output"
+            )
+        return result
+
+    def _run(self) -> AgentResult:
         from rallypoint.rendezvous.errors import RendezvousHeartbeatError
 
         restore = install_signal_handlers(self.settings.signals)
@@ -454,6 +478,7 @@ class ElasticAgent:
                 failed=True,
             )
         report = self._job.report(restarts)
+        report.console_not_shown = self._console_settled()
         saved = report.save(self.settings.log_dir / "failure.json")  # never raises: the console report comes first
         tail = f"\n{closed_by}; this node's workers were stopped" if closed_by else ""
         self.say("job failed\n" + report.format() + f"\n\n{saved}" + tail)

@@ -194,13 +194,10 @@ def run(
     --local-ranks-filter, --duplicate-stdout-filters, --duplicate-stderr-filters,
     --logs-specs, --numa-binding, --virtual-local-rank.
     """
-    from rallypoint.agent.agent import ElasticAgent
-    from rallypoint.agent.config import AgentSection
     from rallypoint.agent.plan import NodeFacts, plan_job
     from rallypoint.agent.torchrun_flags import from_environment, static_node_env, torchrun_overrides
     from rallypoint.core.cli import plugin_manager
     from rallypoint.core.commands import _parse_set
-    from rallypoint.rendezvous.handler import RendezvousHandler
 
     _check_node_names(click.get_current_context(), node_id=node_id, host_name=host_name)
     warm = _warm_overrides(flags.pop("preload"), flags.pop("preload_keep"))
@@ -226,6 +223,16 @@ def run(
     if dry_run:
         return _dry_run(resolved, plan)
     _check_log_dir(plan.settings.log_dir, resolved.loaded.source_of("agent.log_dir"))
+    return _run_agent(plan, resolved, pm)
+
+
+def _run_agent(plan: JobPlan, resolved: ResolvedConfig, pm: RallypointPluginManager) -> int:
+    """Run this node's agent for the planned job; its exit code."""
+    from rallypoint.agent import console
+    from rallypoint.agent.agent import ElasticAgent
+    from rallypoint.agent.config import AgentSection
+    from rallypoint.rendezvous.handler import RendezvousHandler
+
     agent = resolved.section(AgentSection)
     rdzv = plan.rendezvous
     if agent.role != "default":  # nodes of one job share a role: one with another is refused as another job
@@ -240,6 +247,8 @@ def run(
         pm=pm,
         fingerprint=rdzv.fingerprint,
     )
+    # from here on, nothing printed in this process may wait for a console that is not read
+    console.capture_std_streams()
     return ElasticAgent(handler, _torchrun_settings(plan.settings, agent), pm=pm).run().exit_code
 
 

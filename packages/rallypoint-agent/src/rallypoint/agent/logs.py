@@ -28,7 +28,6 @@ import contextlib
 import os
 import socket
 import threading
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Literal, TextIO, TypeAlias
@@ -37,7 +36,6 @@ from rallypoint.agent import console
 from rallypoint.core.errors import RallypointError
 
 __all__ = [
-    "CONSOLE_GRACE",
     "DEFAULT_TAIL_LINES",
     "Tee",
     "WorkerLogs",
@@ -49,8 +47,6 @@ __all__ = [
 Tee: TypeAlias = Literal["all", "rank0", "none"] | Sequence[int]
 #: Lines of stderr kept per worker for the failure report.
 DEFAULT_TAIL_LINES = 50
-#: Seconds :meth:`WorkerLogs.close` waits for queued console text to be written.
-CONSOLE_GRACE = 1.0
 _CHUNK = 65536
 _MAX_PARTIAL = 65536
 
@@ -307,14 +303,8 @@ class WorkerLogs:
         """Wait up to ``timeout`` for every reader to finish; returns whether all did.
 
         Readers still blocked (a pipe held open by a stray process) are left running as daemon
-        threads; their log files are closed when they finish. The console text queued so far is
-        then given up to :data:`CONSOLE_GRACE` seconds (within ``timeout``) to be written, so that
-        it comes before what the agent prints next; a console that is not read keeps the rest
-        queued and never holds up the agent longer (lines that do not fit are dropped, never the
-        log files' lines).
+        threads; their log files are closed when they finish. Console text still queued is not
+        waited for: its writer puts what the agent prints next after it (see
+        :mod:`rallypoint.agent.console`), and a console that is not read never holds the agent up.
         """
-        deadline = None if timeout is None else time.monotonic() + timeout
-        drained = self.wait_drained(None, timeout)
-        grace = CONSOLE_GRACE if deadline is None else min(CONSOLE_GRACE, max(0.0, deadline - time.monotonic()))
-        console.flush(grace)
-        return drained
+        return self.wait_drained(None, timeout)

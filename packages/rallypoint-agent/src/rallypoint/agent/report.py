@@ -85,12 +85,15 @@ class FailureReport:
             attempt (earlier attempts were retried).
         restarts: restarts the job used.
         max_restarts: the budget.
+        console_not_shown: lines this node's console did not show (it did not keep up, or was
+            closed); the log files have them.
     """
 
     run_id: str
     failures: list[WorkerFailure] = field(default_factory=list)
     restarts: int = 0
     max_restarts: int = 0
+    console_not_shown: int = 0
 
     @classmethod
     def build(
@@ -134,6 +137,8 @@ class FailureReport:
         if others:
             lines += ["", "other failures:"]
             lines += [f"  {f.headline()}" for f in others]
+        if self.console_not_shown:
+            lines += ["", f"console: {self.console_not_shown} line(s) not shown here; the log files have every line"]
         return "\n".join(lines)
 
     def to_json(self) -> dict[str, Any]:
@@ -145,6 +150,7 @@ class FailureReport:
             "max_restarts": self.max_restarts,
             "root_cause": root.to_json() if root else None,
             "failures": [f.to_json() for f in self.failures],
+            "console_not_shown": self.console_not_shown,
         }
 
     def write(self, path: Path) -> Path:
