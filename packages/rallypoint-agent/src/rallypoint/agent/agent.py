@@ -44,6 +44,7 @@ from rallypoint.agent.colour import agent_line
 from rallypoint.agent.env import WorkerContext, worker_environment
 from rallypoint.agent.error_files import read_error_file
 from rallypoint.agent.jobstate import ABORT_KEY, RESTARTS_KEY, JobState
+from rallypoint.agent.log_dir import claim, private_dir, release
 from rallypoint.agent.logs import WorkerLogs, tee_selects
 from rallypoint.agent.peers import running_status, vanished_peer
 from rallypoint.agent.ranks import RankAssignment, RankNode, WorkerRanks, compute_assignment
@@ -98,6 +99,8 @@ class ElasticAgent:
         self.pm = pm
         self.console = console
         self.host = settings.host or socket.gethostname()
+        #: Where this run's logs go: ``settings.log_dir``, or a sibling when that holds an earlier run's.
+        self.log_dir = settings.log_dir
         self._job = JobState(handler, settings, self.say, pm)
         self._group: WorkerGroup | None = None
         self._warm = WarmLauncher(  # inert if empty
@@ -126,6 +129,14 @@ class ElasticAgent:
         self._not_shown_said = console.settle() - self._not_shown_before
         return self._not_shown_said
 
+    def _claim_log_dir(self) -> bool:
+        """Take this run's log directory (:func:`~rallypoint.agent.log_dir.claim`), saying where when it moved."""
+        configured = self.settings.log_dir
+        self.log_dir, created = claim(configured, self.settings.run_id, shared=self.handler.settings.max_nodes > 1)
+        if self.log_dir != configured:
+            self.say(f"{configured} holds the logs of an earlier run; this run's logs go to {self.log_dir}")
+        return created
+
     # -- main loop ---------------------------------------------------------------------------
     def run(self) -> AgentResult:
         """Run the job on this node until it succeeds, fails or a signal stops it.
@@ -137,15 +148,22 @@ class ElasticAgent:
             RendezvousFinishedError: the run id belongs to a job that already ended.
             RendezvousJobMismatchError: a different job uses the run id.
             RallypointError: another node ended the job with an error (e.g. rank assignment).
+            LogDirError: another user could write or redirect the log directory (before anything starts).
         """
         self._not_shown_before = console.not_shown()
-        result = self._run()
+        created = self._claim_log_dir()
+        try:
+            result = self._run()
+        except BaseException:  # e.g. refused by the rendezvous: a run that never started leaves no log directory
+            if self.handler.settings.max_nodes == 1:
+                release(self.log_dir, created)
+            raise
         said = self._not_shown_said
         result.console_not_shown = self._console_settled()
         if result.console_not_shown > said:
             self.say(
                 f"console: {result.console_not_shown} line(s) not shown (it did not keep up, or was closed); "
-                f"the log files under {self.settings.log_dir} have every line of worker output"
+                f"the log files under {self.log_dir} have every line of worker output"
             )
         return result
 
@@ -350,9 +368,8 @@ class ElasticAgent:
         node_id = result.node.node_id
         # published with this node's next join, so that strategies can keep its ranks stable
         self.handler.update_node(previous_rank=min(w.rank for w in assignment.for_node(node_id)))
-        attempt_dir = self.settings.log_dir / f"attempt_{restarts}"
-        attempt_dir.mkdir(parents=True, exist_ok=True)
-        logs = WorkerLogs(self.settings.log_dir, restarts, host=self.host, tee=self.settings.tee)
+        attempt_dir = private_dir(self.log_dir / f"attempt_{restarts}")
+        logs = WorkerLogs(self.log_dir, restarts, host=self.host, tee=self.settings.tee)
         specs, contexts, store = self._worker_specs(result, assignment, restarts, attempt_dir)
         self.say(
             f"round {result.round}, attempt {restarts}: {result.num_nodes} node(s), {assignment.world_size} "
@@ -363,7 +380,7 @@ class ElasticAgent:
             self.say(
                 f"tee {list(tee)} selects no rank of this job (ranks 0..{assignment.world_size - 1}): "
                 "no worker output reaches the console; the log files under "
-                f"{self.settings.log_dir} have all of it"
+                f"{self.log_dir} have all of it"
             )
         group = WorkerGroup(logs=logs, warm=self._warm)
         self._group = group
@@ -479,7 +496,7 @@ class ElasticAgent:
             )
         report = self._job.report(restarts)
         report.console_not_shown = self._console_settled()
-        saved = report.save(self.settings.log_dir / "failure.json")  # never raises: the console report comes first
+        saved = report.save(self.log_dir / "failure.json")  # never raises: the console report comes first
         tail = f"\n{closed_by}; this node's workers were stopped" if closed_by else ""
         self.say("job failed\n" + report.format() + f"\n\n{saved}" + tail)
         return self._result(1, report, restarts=restarts)
@@ -522,9 +539,8 @@ class ElasticAgent:
         record = self.settings.watchdog
         if record is None:
             return
-        self.settings.log_dir.mkdir(parents=True, exist_ok=True)
         backend = record.load()
-        self._watchdog = backend.start_server(self.settings.log_dir, self.settings.watchdog_options)
+        self._watchdog = backend.start_server(self.log_dir, self.settings.watchdog_options)
         self._watchdog.set_expiry_handler(self._on_expiry)
         self.say(f"watchdog timers: {record.name}")
 

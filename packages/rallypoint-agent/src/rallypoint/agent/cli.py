@@ -73,12 +73,16 @@ def _endpoint_override(backend: str, endpoint: str, pm: RallypointPluginManager)
 
 
 def _check_log_dir(path: Path, source: str) -> None:
-    """Create the log directory now, so that one that cannot be written fails before any worker starts."""
+    """Create the log directory now (private): one that cannot be written or trusted fails before any worker starts."""
+    from rallypoint.agent.log_dir import LogDirError, check_location
+
     problem = None
     try:
-        path.mkdir(parents=True, exist_ok=True)
+        check_location(path)
         if not os.access(path, os.W_OK | os.X_OK):
             problem = "is not writable by this user"
+    except LogDirError as exc:
+        raise ConfigError([ConfigIssue(source, "agent.log_dir", str(exc))]) from None
     except OSError as exc:
         problem = f"cannot be created ({exc.strerror or exc}{f': {exc.filename}' if exc.filename else ''})"
     if problem:

@@ -11,6 +11,7 @@ import contextlib
 import errno
 import json
 import os
+import secrets
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
@@ -156,17 +157,20 @@ class FailureReport:
     def write(self, path: Path) -> Path:
         """Write the JSON report to ``path`` whole or not at all (its directory is created).
 
-        The text goes to a temporary file next to ``path``, is flushed to disk, then renamed over
-        ``path``: a full or failing disk leaves the previous file (or none), never a truncated one.
+        The text goes to a new temporary file next to ``path`` (mode ``0600``, created without
+        following a link), is flushed to disk, then renamed over ``path``: a full or failing disk
+        leaves the previous file (or none), never a truncated one, and a link at ``path`` is
+        replaced, never followed.
 
         Raises:
             OSError: the directory or the file could not be written (the temporary file is removed).
         """
         text = json.dumps(self.to_json(), indent=2) + "\n"
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
         try:
-            with open(tmp, "w", encoding="utf-8") as f:
+            with os.fdopen(os.open(tmp, flags, 0o600), "w", encoding="utf-8") as f:
                 f.write(text)
                 f.flush()
                 os.fsync(f.fileno())

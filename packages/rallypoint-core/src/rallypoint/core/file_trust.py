@@ -7,7 +7,8 @@ agent's log directory) and every entry in it must be
 * owned by the current user, or, when a group shares it, by that group;
 * writable by nobody else: not by every user, and by a group only when it is the sharing group.
 
-The directory that holds it may be shared only with a sticky bit (:meth:`FileTrust.base_problem`).
+The directories on the way to it must not let another user replace it (:meth:`FileTrust.path_problem`),
+and the directory that holds it may be shared only with a sticky bit (:meth:`FileTrust.base_problem`).
 Everything rallypoint creates there gets mode ``0700``/``0600`` (``2770``/``0660`` with a group).
 
 Example::
@@ -49,6 +50,10 @@ def group_name(gid: int) -> str:
         return f"gid {gid} ({grp.getgrgid(gid).gr_name})"
     except KeyError:
         return f"gid {gid}"
+
+
+def _writable_by_others(mode: int) -> bool:
+    return bool(mode & (stat.S_IWGRP | stat.S_IWOTH))
 
 
 @dataclass(frozen=True)
@@ -108,6 +113,51 @@ class FileTrust:
         if mode & stat.S_IWOTH and not mode & stat.S_ISVTX:
             return f"every user may write it (mode {mode:04o}) and it has no sticky bit"
         return None
+
+    def path_problem(self, path: Path) -> tuple[Path, str] | None:
+        """The first directory on the way to ``path`` through which another user could replace it, and why.
+
+        Checked, from ``/`` down to the parent of ``path`` (the parts that exist):
+
+        * every directory the path leads through (after symbolic links) may be written only by
+          its owner (a group or every user only with the sticky bit, or a group that is yours
+          alone: named like you, your primary group, no other members);
+        * an entry (directory or link) in a directory that others may write, like ``/tmp``, must
+          be yours or root's: anyone could have put it there.
+
+        The owner of a directory on the way may rename what is in it: the path is as safe as they
+        are trustworthy (root, you, or whoever owns the tree you work in).
+        """
+        path = Path(os.path.abspath(path))
+        for entry in reversed(path.parents[:-1]):
+            try:
+                lst, holder = os.lstat(entry), os.stat(entry.parent)
+            except FileNotFoundError:
+                break  # created later, by rallypoint, private
+            if _writable_by_others(stat.S_IMODE(holder.st_mode)) and lst.st_uid not in (self.uid, 0):
+                return entry, f"is owned by {user_name(lst.st_uid)} in a directory every user may write to"
+        real = Path(os.path.realpath(path.parent))
+        for directory in [*reversed(real.parents), real]:
+            try:
+                st = os.stat(directory)
+            except FileNotFoundError:
+                break
+            mode = stat.S_IMODE(st.st_mode)
+            if _writable_by_others(mode) and not mode & stat.S_ISVTX and not self._own_group(st, mode):
+                who = "every user" if mode & stat.S_IWOTH else f"group {group_name(st.st_gid)}"
+                return directory, f"is writable by {who} (mode {mode:04o}) and has no sticky bit"
+        return None
+
+    def _own_group(self, st: os.stat_result, mode: int) -> bool:
+        """Whether only the group may write ``st`` besides its owner, and that group is this user's alone."""
+        if mode & stat.S_IWOTH or st.st_gid != os.getegid():
+            return False
+        try:
+            name = pwd.getpwuid(self.uid).pw_name
+            group = grp.getgrgid(st.st_gid)
+        except KeyError:
+            return False
+        return group.gr_name == name and set(group.gr_mem) <= {name}
 
     def tree(self, root: Path) -> Iterator[tuple[str, os.stat_result]]:
         """``root`` and everything under it, with its ``lstat``, without following symbolic links."""
