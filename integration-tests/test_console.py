@@ -1,4 +1,4 @@
-"""A console nobody reads never stalls the job, and the log files stay complete (issue #11, item 6)."""
+"""A console nobody reads never stalls the job, and the log files stay complete (issue #11, item 6; #35, item 4)."""
 
 from __future__ import annotations
 
@@ -80,9 +80,13 @@ def test_a_console_nobody_reads_neither_stalls_the_worker_nor_loses_log_lines(tm
     notices = re.findall(
         r"\[rallypoint\] console fell behind: (\d+) lines from rank 0 not shown \(complete in (.+)\)", text
     )
-    assert notices, "no drop notice on the console"
-    assert {(tmp_path / where).resolve() for _, where in notices} == {log.resolve()}  # relative to the agent's cwd
-    assert shown + sum(int(n) for n, _ in notices) == LINES
+    # drops are noticed on stdout once the console catches up; a console still stuck when the job
+    # ends is given up after a moment (issue #35, item 4), and the agent's last words count them all
+    assert {(tmp_path / where).resolve() for _, where in notices} <= {log.resolve()}  # relative to the agent's cwd
+    counted = re.findall(r"console: (\d+) line\(s\) not shown", err.decode())
+    assert counted, "the agent did not count the lines its console did not show"
+    assert shown + int(counted[-1]) == LINES
+    assert shown + sum(int(n) for n, _ in notices) <= LINES
 
 
 @pytest.mark.parametrize(("tee", "shown"), [("7,", False), ("0,7", True), ("none", True)])

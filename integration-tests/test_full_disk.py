@@ -1,7 +1,8 @@
 """A failing job whose log directory is a full disk: the report still reaches the console.
 
 The log directory is a real 64 KiB tmpfs (the tests run as root, as CI does), mounted for the
-test and always unmounted.
+test (private, mode 0700: a tmpfs is 1777 by default, which the agent refuses for a log
+directory) and always unmounted.
 """
 
 from __future__ import annotations
@@ -47,7 +48,8 @@ def run_job(tmp_path: Path, run_id: str, log_dir: Path) -> subprocess.CompletedP
 def small_log_dir(tmp_path: Path) -> Iterator[Path]:
     mount = tmp_path / "logs"
     mount.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount)], capture_output=True)
+    options = "size=64k,mode=0700"
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(mount)], capture_output=True)
     if done.returncode:
         pytest.fail(f"cannot mount a tmpfs (the tests run as root, as CI does): {done.stderr.decode()}")
     try:

@@ -8,7 +8,7 @@ import pty
 import subprocess
 import sys
 
-from rallypoint.agent.console import agent_line, colour_enabled
+from rallypoint.agent.colour import agent_line, colour_enabled
 
 
 class Terminal(io.StringIO):

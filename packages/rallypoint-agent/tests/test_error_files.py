@@ -277,3 +277,16 @@ def test_read_tolerates_odd_field_types(tmp_path):
     assert err.timestamp is None
     assert err.error_code is None
     assert err.traceback is None
+
+
+def test_an_error_file_is_never_read_through_a_link(tmp_path):
+    """A link in the error file's place (issue #35, item 6) could put any JSON file of root's into the report."""
+    elsewhere = tmp_path / "elsewhere.json"
+    elsewhere.write_text(json.dumps({"message": "SecretError: the content of a file the worker never wrote"}))
+    link = tmp_path / "rank_0.error.json"
+    link.symlink_to(elsewhere)
+    err = read_error_file(link)
+    assert err is not None
+    assert err.problem == "is a symbolic link; rallypoint never reads an error file through one"
+    assert "SecretError" not in err.message
+    assert err.message == f"error file {link} is a symbolic link; rallypoint never reads an error file through one"

@@ -19,6 +19,7 @@ import pytest
 from rallypoint.agent import console as console_lanes
 from rallypoint.agent.logs import WorkerLogs, parse_tee, tee_selects
 from rallypoint.agent.workers import WorkerGroup, WorkerSpec
+from rallypoint.core.errors import RallypointError
 
 PY = sys.executable
 
@@ -344,3 +345,43 @@ def test_a_stuck_stdout_does_not_hold_up_worker_stderr_on_the_console(tmp_path):
         logs.close(timeout=60)
         assert console_lanes.flush(60)
     console.read_all()
+
+
+# -- files never reached through a link, never overwritten (issue #35, item 6) -------------------
+
+
+def test_a_rank_that_runs_again_in_the_same_attempt_keeps_its_earlier_log(tmp_path):
+    """A new round without a restart counted runs the same attempt again: the earlier log stays."""
+    for word in ("first", "second", "third"):
+        logs = WorkerLogs(tmp_path, host="h", tee="none")
+        run([WorkerSpec(0, py(f"print('{word}')"))], logs)
+    attempt = tmp_path / "attempt_0"
+    assert (attempt / "rank_0.log").read_text() == "first\n"
+    assert (attempt / "rank_0.1.log").read_text() == "second\n"
+    assert (attempt / "rank_0.2.log").read_text() == "third\n"
+    assert logs.log_path(0) == attempt / "rank_0.2.log"  # what the report names
+
+
+def test_log_files_and_directories_are_private_whatever_the_umask(tmp_path):
+    old = os.umask(0)
+    try:
+        run([WorkerSpec(0, py("print('x')"))], WorkerLogs(tmp_path / "new" / "logs", host="h", tee="none"))
+    finally:
+        os.umask(old)
+    for path in [tmp_path / "new", tmp_path / "new" / "logs", *(tmp_path / "new").rglob("*")]:
+        mode = path.lstat().st_mode & 0o777
+        assert mode == (0o700 if path.is_dir() else 0o600), f"{path}: {mode:04o}"
+
+
+def test_a_link_in_a_log_file_s_place_is_refused_and_not_followed(tmp_path):
+    target = tmp_path / "target"
+    target.write_text("untouched\n")
+    (tmp_path / "logs" / "attempt_0").mkdir(parents=True, mode=0o700)
+    (tmp_path / "logs").chmod(0o700)
+    (tmp_path / "logs" / "attempt_0" / "rank_0.log").symlink_to(target)
+    logs = WorkerLogs(tmp_path / "logs", host="h", tee="none")
+    group = WorkerGroup(logs=logs)
+    with pytest.raises(RallypointError, match=r"rank_0\.log is a symbolic link owned by uid 0 \(root\)"):
+        group.start([WorkerSpec(0, py("print('overwritten')"))])
+    group.stop(grace=0)
+    assert target.read_text() == "untouched\n"

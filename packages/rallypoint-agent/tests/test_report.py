@@ -77,3 +77,13 @@ def test_a_full_disk_writes_no_failure_json_and_save_says_why(full_disk: Path) -
 
 def test_save_names_the_written_file(tmp_path: Path) -> None:
     assert report().save(tmp_path / "failure.json") == f"full report: {tmp_path / 'failure.json'}"
+
+
+def test_the_report_counts_the_lines_the_console_did_not_show(tmp_path: Path) -> None:
+    quiet = report()
+    assert "console:" not in quiet.format()
+    assert quiet.to_json()["console_not_shown"] == 0
+    behind = report()
+    behind.console_not_shown = 1234
+    assert behind.format().endswith("\n\nconsole: 1234 line(s) not shown here; the log files have every line")
+    assert json.loads(behind.write(tmp_path / "failure.json").read_text())["console_not_shown"] == 1234

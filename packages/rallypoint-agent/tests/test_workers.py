@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from rallypoint.agent import console
 from rallypoint.agent import workers as workers_mod
 from rallypoint.agent.logs import WorkerLogs
 from rallypoint.agent.workers import (
@@ -543,6 +544,7 @@ def test_a_sentinel_that_cannot_start_is_reported_once_and_stops_nothing(monkeyp
     watch.register(12346)
     watch.unregister(12345)
     assert watch.process_id is None
+    assert console.flush(10)  # agent messages are written by a thread of their own
     err = capsys.readouterr().err
     assert err.count("cannot start the worker sentinel (sys.executable is unknown)") == 1
     assert "may outlive an agent killed with SIGKILL" in err

@@ -38,12 +38,14 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
+from rallypoint.agent import console
 from rallypoint.agent import rejoin as rejoining
-from rallypoint.agent.console import agent_line
+from rallypoint.agent.colour import agent_line
 from rallypoint.agent.env import WorkerContext, worker_environment
 from rallypoint.agent.error_files import read_error_file
 from rallypoint.agent.exit_barrier import exit_barrier
 from rallypoint.agent.fence import Fence
+from rallypoint.agent.log_dir import claim, private_dir, release
 from rallypoint.agent.logs import WorkerLogs, tee_selects
 from rallypoint.agent.peers import running_status, vanished_peer
 from rallypoint.agent.ranks import RankAssignment, RankNode, WorkerRanks, compute_assignment
@@ -83,7 +85,8 @@ class ElasticAgent:
         handler: this node's rendezvous handler (:class:`rallypoint.rendezvous.handler.RendezvousHandler`).
         settings: the job's agent settings.
         pm: plugin manager whose agent hooks fire (``None``: no hooks).
-        console: where the agent's own messages go (``sys.stderr`` by default).
+        console: where the agent's own messages go (``sys.stderr`` by default); they are queued
+            and written by a thread of their own (:mod:`rallypoint.agent.console`), never waited for.
     """
 
     def __init__(
@@ -100,6 +103,8 @@ class ElasticAgent:
         self.pm = pm
         self.console = console
         self.host = settings.host or socket.gethostname()
+        #: Where this run's logs go: ``settings.log_dir``, or a sibling when that holds an earlier run's.
+        self.log_dir = settings.log_dir
         self._group: WorkerGroup | None = None
         self._warm = WarmLauncher(  # inert if empty
             settings.preload, env=settings.preload_env, console=console, keep=settings.preload_keep
@@ -115,21 +120,58 @@ class ElasticAgent:
         self._outcome: Outcome | None = None  # how the current round's workers ended (None: running)
         self._reason = ""  # the round header's reason when the monitor saw the round over
         self._gap = 0.0  # and how long the backend had not answered before that read
+        self._not_shown_said = 0  # console lines not shown since run() began, as last reported
+        self._not_shown_before = 0  # ... and the process's count when it began
 
     # -- messages ----------------------------------------------------------------------------
     def say(self, message: str) -> None:
-        """Print one agent message, prefixed so it stands apart from worker output."""
-        print(agent_line(self.host, message, self.console or sys.stderr), file=self.console or sys.stderr, flush=True)
+        """Print one agent message, prefixed so it stands apart from worker output; never blocks."""
+        console.message(agent_line(self.host, message, self.console or sys.stderr) + "\n", self.console)
+
+    def _console_settled(self) -> int:
+        """Let the console catch up (while it takes text: :func:`console.settle`); lines it did not show."""
+        self._not_shown_said = console.settle() - self._not_shown_before
+        return self._not_shown_said
+
+    def _claim_log_dir(self) -> bool:
+        """Take this run's log directory (:func:`~rallypoint.agent.log_dir.claim`), saying where when it moved."""
+        configured = self.settings.log_dir
+        self.log_dir, created = claim(configured, self.settings.run_id, shared=self.handler.settings.max_nodes > 1)
+        if self.log_dir != configured:
+            self.say(f"{configured} holds the logs of an earlier run; this run's logs go to {self.log_dir}")
+        return created
 
     # -- main loop ---------------------------------------------------------------------------
     def run(self) -> AgentResult:
         """Run the job on this node until it succeeds, fails or a signal stops it.
 
+        The console gets the time it takes to show what is queued, as long as it takes text; the
+        last message counts the lines it did not show (:attr:`AgentResult.console_not_shown`).
+
         Raises:
             RendezvousFinishedError: the run id belongs to a job that already ended.
             RendezvousJobMismatchError: a different job uses the run id.
             RallypointError: another node ended the job with an error (e.g. rank assignment).
+            LogDirError: another user could write or redirect the log directory (before anything starts).
         """
+        self._not_shown_before = console.not_shown()
+        created = self._claim_log_dir()
+        try:
+            result = self._run()
+        except BaseException:  # e.g. refused by the rendezvous: a run that never started leaves no log directory
+            if self.handler.settings.max_nodes == 1:
+                release(self.log_dir, created)
+            raise
+        said = self._not_shown_said
+        result.console_not_shown = self._console_settled()
+        if result.console_not_shown > said:
+            self.say(
+                f"console: {result.console_not_shown} line(s) not shown (it did not keep up, or was closed); "
+                f"the log files under {self.log_dir} have every line of worker output"
+            )
+        return result
+
+    def _run(self) -> AgentResult:
         from rallypoint.rendezvous.errors import RendezvousHeartbeatError
 
         restore = install_signal_handlers(self.settings.signals)
@@ -366,9 +408,8 @@ class ElasticAgent:
         node_id = result.node.node_id
         # published with this node's next join, so that strategies can keep its ranks stable
         self.handler.update_node(previous_rank=min(w.rank for w in assignment.for_node(node_id)))
-        attempt_dir = self.settings.log_dir / f"attempt_{restarts}"
-        attempt_dir.mkdir(parents=True, exist_ok=True)
-        logs = WorkerLogs(self.settings.log_dir, restarts, host=self.host, tee=self.settings.tee)
+        attempt_dir = private_dir(self.log_dir / f"attempt_{restarts}")
+        logs = WorkerLogs(self.log_dir, restarts, host=self.host, tee=self.settings.tee)
         specs, contexts, store = self._worker_specs(result, assignment, restarts, attempt_dir)
         self.say(
             f"round {result.round}, attempt {restarts}: {result.num_nodes} node(s), {assignment.world_size} "
@@ -379,7 +420,7 @@ class ElasticAgent:
             self.say(
                 f"tee {list(tee)} selects no rank of this job (ranks 0..{assignment.world_size - 1}): "
                 "no worker output reaches the console; the log files under "
-                f"{self.settings.log_dir} have all of it"
+                f"{self.log_dir} have all of it"
             )
         group = WorkerGroup(logs=logs, warm=self._warm)
         self._group = group
@@ -492,7 +533,8 @@ class ElasticAgent:
                 this node closed it as failed (every other node then prints the same report).
         """
         report = self.budget.report(self.settings.run_id, restarts)
-        saved = report.save(self.settings.log_dir / "failure.json")  # never raises: the console report comes first
+        report.console_not_shown = self._console_settled()
+        saved = report.save(self.log_dir / "failure.json")  # never raises: the console report comes first
         tail = f"\n{closed_by}; this node's workers were stopped" if closed_by else ""
         self.say("job failed\n" + report.format() + f"\n\n{saved}" + tail)
         return self._result(1, report, restarts=restarts)
@@ -535,9 +577,8 @@ class ElasticAgent:
         record = self.settings.watchdog
         if record is None:
             return
-        self.settings.log_dir.mkdir(parents=True, exist_ok=True)
         backend = record.load()
-        self._watchdog = backend.start_server(self.settings.log_dir, self.settings.watchdog_options)
+        self._watchdog = backend.start_server(self.log_dir, self.settings.watchdog_options)
         self._watchdog.set_expiry_handler(self._on_expiry)
         self.say(f"watchdog timers: {record.name}")
 

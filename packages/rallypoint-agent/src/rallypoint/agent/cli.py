@@ -73,12 +73,16 @@ def _endpoint_override(backend: str, endpoint: str, pm: RallypointPluginManager)
 
 
 def _check_log_dir(path: Path, source: str) -> None:
-    """Create the log directory now, so that one that cannot be written fails before any worker starts."""
+    """Create the log directory now (private): one that cannot be written or trusted fails before any worker starts."""
+    from rallypoint.agent.log_dir import LogDirError, check_location
+
     problem = None
     try:
-        path.mkdir(parents=True, exist_ok=True)
+        check_location(path)
         if not os.access(path, os.W_OK | os.X_OK):
             problem = "is not writable by this user"
+    except LogDirError as exc:
+        raise ConfigError([ConfigIssue(source, "agent.log_dir", str(exc))]) from None
     except OSError as exc:
         problem = f"cannot be created ({exc.strerror or exc}{f': {exc.filename}' if exc.filename else ''})"
     if problem:
@@ -264,6 +268,7 @@ def run(
 
 def _start(plan: JobPlan, agent: AgentSection, pm: RallypointPluginManager, note: str | None) -> int:
     """Join the rendezvous and run this node's agent until the job ends; its exit code."""
+    from rallypoint.agent import console
     from rallypoint.agent.agent import ElasticAgent
     from rallypoint.rendezvous.handler import RendezvousHandler
 
@@ -280,6 +285,8 @@ def _start(plan: JobPlan, agent: AgentSection, pm: RallypointPluginManager, note
         pm=pm,
         fingerprint=rdzv.fingerprint,
     )
+    # from here on, nothing printed in this process may wait for a console that is not read
+    console.capture_std_streams()
     elastic = ElasticAgent(handler, _torchrun_settings(plan.settings, agent), pm=pm)
     if note:
         elastic.say(note)

@@ -21,6 +21,7 @@ writes nothing. This module never imports torch.
 
 from __future__ import annotations
 
+import errno
 import faulthandler
 import functools
 import json
@@ -50,6 +51,8 @@ __all__ = [
 ERROR_FILE_ENV = "TORCHELASTIC_ERROR_FILE"
 #: Version of the ``rallypoint`` section of the error file.
 _FORMAT_VERSION = 1
+#: Most bytes read from an error file.
+_MAX_READ = 16 << 20
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -284,10 +287,14 @@ def read_error_file(path: str | os.PathLike[str]) -> WorkerError | None:
         return WorkerError(path=p, message=f"error file {p} {problem}", problem=problem, raw=raw or {})
 
     try:
-        text = p.read_text(encoding="utf-8", errors="replace")
+        # never through a link: the file is the worker's, in the job's private log directory
+        with os.fdopen(os.open(p, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC), "rb") as f:
+            text = f.read(_MAX_READ).decode("utf-8", errors="replace")
     except FileNotFoundError:
         return None
     except OSError as err:
+        if err.errno == errno.ELOOP:
+            return broken("is a symbolic link; rallypoint never reads an error file through one")
         return broken(f"could not be read: {err.strerror or err}")
     if not text.strip():
         return broken("is empty (the worker may have been killed while writing it)")

@@ -28,16 +28,15 @@ import contextlib
 import os
 import socket
 import threading
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Literal, TextIO, TypeAlias
 
 from rallypoint.agent import console
+from rallypoint.agent.log_dir import create_file, private_dir
 from rallypoint.core.errors import RallypointError
 
 __all__ = [
-    "CONSOLE_GRACE",
     "DEFAULT_TAIL_LINES",
     "Tee",
     "WorkerLogs",
@@ -49,9 +48,8 @@ __all__ = [
 Tee: TypeAlias = Literal["all", "rank0", "none"] | Sequence[int]
 #: Lines of stderr kept per worker for the failure report.
 DEFAULT_TAIL_LINES = 50
-#: Seconds :meth:`WorkerLogs.close` waits for queued console text to be written.
-CONSOLE_GRACE = 1.0
 _CHUNK = 65536
+_MAX_NAMES = 1000
 _MAX_PARTIAL = 65536
 
 
@@ -109,8 +107,10 @@ class WorkerLogs:
 
     Args:
         log_dir: root log directory; files go to ``<log_dir>/attempt_<attempt>/rank_<R>.log``
-            (an existing file for the same attempt and rank is truncated). ``None`` writes no
-            files; the console tee and stderr tail still work.
+            (``rank_<R>.<k>.log`` when that name is taken: nothing is overwritten). Directories
+            and files are created private and never through a link
+            (:mod:`rallypoint.agent.log_dir`). ``None`` writes no files; the console tee and
+            stderr tail still work.
         attempt: the restart attempt number (0 for the first run).
         host: host name used in console prefixes; the local host name by default.
         tee: which global ranks reach the console (see :data:`Tee`).
@@ -142,12 +142,32 @@ class WorkerLogs:
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
         self._ranks: dict[int, _RankState] = {}
+        self._paths: dict[int, Path] = {}
 
     # -- paths -----------------------------------------------------------------------------------
 
     def log_path(self, rank: int) -> Path | None:
-        """Return the log file of global ``rank`` in this attempt (``None`` without a log dir)."""
-        return self.attempt_dir / f"rank_{rank}.log" if self.attempt_dir is not None else None
+        """Return the log file of global ``rank`` in this attempt (``None`` without a log dir).
+
+        ``rank_<R>.log``, or, when a file of an earlier round of this attempt had that name, the
+        ``rank_<R>.<k>.log`` it was given (once it is attached).
+        """
+        if self.attempt_dir is None:
+            return None
+        return self._paths.get(rank, self.attempt_dir / f"rank_{rank}.log")
+
+    def _create(self, rank: int) -> tuple[Path, IO[bytes]]:
+        """Create the log file of ``rank``, private, never through a link and never over an earlier one."""
+        assert self.attempt_dir is not None
+        private_dir(self.attempt_dir)
+        for k in range(_MAX_NAMES):
+            path = self.attempt_dir / (f"rank_{rank}.log" if k == 0 else f"rank_{rank}.{k}.log")
+            try:
+                fd = create_file(path)
+            except FileExistsError:
+                continue  # a round that ran before with the same restart count: keep its log
+            return path, os.fdopen(fd, "wb", buffering=0)
+        raise RallypointError(f"{self.attempt_dir} holds {_MAX_NAMES} logs of rank {rank}; remove some of them")
 
     # -- wiring ----------------------------------------------------------------------------------
 
@@ -158,23 +178,24 @@ class WorkerLogs:
         attached once per :class:`WorkerLogs`.
 
         Raises:
-            RallypointError: the log file cannot be created (the message names it).
+            RallypointError: the log file cannot be created (the message names it), or what is in
+                its way is not this user's (:class:`~rallypoint.agent.log_dir.LogDirError`).
         """
-        path = self.log_path(rank)
         file: IO[bytes] | None = None
-        if path is not None:
+        if self.attempt_dir is not None:
             try:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                file = open(path, "wb", buffering=0)  # noqa: SIM115 - closed by the last reader thread
-            except OSError as err:
+                path, file = self._create(rank)  # closed by the last reader thread
+            except (OSError, RallypointError) as err:
                 for stream in (stdout, stderr):  # we own them: do not leak the descriptors
                     with contextlib.suppress(OSError):
                         if isinstance(stream, int):
                             os.close(stream)
                         elif stream is not None:
                             stream.close()
+                if isinstance(err, RallypointError):
+                    raise
                 raise RallypointError(
-                    f"cannot write worker log {path}: {err.strerror or err}. "
+                    f"cannot write worker log {self.log_path(rank)}: {err.strerror or err}. "
                     "Make the log directory writable or choose another one"
                 ) from err
         state = _RankState(rank, file, self.tail_lines)
@@ -184,6 +205,8 @@ class WorkerLogs:
                     file.close()
                 raise ValueError(f"rank {rank} is already attached to these logs")
             self._ranks[rank] = state
+            if file is not None:
+                self._paths[rank] = path
         streams = [(s, is_err) for s, is_err in ((stdout, False), (stderr, True)) if s is not None]
         state.open_streams = len(streams)
         if not streams and file is not None:
@@ -307,14 +330,8 @@ class WorkerLogs:
         """Wait up to ``timeout`` for every reader to finish; returns whether all did.
 
         Readers still blocked (a pipe held open by a stray process) are left running as daemon
-        threads; their log files are closed when they finish. The console text queued so far is
-        then given up to :data:`CONSOLE_GRACE` seconds (within ``timeout``) to be written, so that
-        it comes before what the agent prints next; a console that is not read keeps the rest
-        queued and never holds up the agent longer (lines that do not fit are dropped, never the
-        log files' lines).
+        threads; their log files are closed when they finish. Console text still queued is not
+        waited for: its writer puts what the agent prints next after it (see
+        :mod:`rallypoint.agent.console`), and a console that is not read never holds the agent up.
         """
-        deadline = None if timeout is None else time.monotonic() + timeout
-        drained = self.wait_drained(None, timeout)
-        grace = CONSOLE_GRACE if deadline is None else min(CONSOLE_GRACE, max(0.0, deadline - time.monotonic()))
-        console.flush(grace)
-        return drained
+        return self.wait_drained(None, timeout)

@@ -11,6 +11,7 @@ import contextlib
 import errno
 import json
 import os
+import secrets
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
@@ -85,12 +86,15 @@ class FailureReport:
             attempt (earlier attempts were retried).
         restarts: restarts the job used.
         max_restarts: the budget.
+        console_not_shown: lines this node's console did not show (it did not keep up, or was
+            closed); the log files have them.
     """
 
     run_id: str
     failures: list[WorkerFailure] = field(default_factory=list)
     restarts: int = 0
     max_restarts: int = 0
+    console_not_shown: int = 0
 
     @classmethod
     def build(
@@ -134,6 +138,8 @@ class FailureReport:
         if others:
             lines += ["", "other failures:"]
             lines += [f"  {f.headline()}" for f in others]
+        if self.console_not_shown:
+            lines += ["", f"console: {self.console_not_shown} line(s) not shown here; the log files have every line"]
         return "\n".join(lines)
 
     def to_json(self) -> dict[str, Any]:
@@ -145,22 +151,26 @@ class FailureReport:
             "max_restarts": self.max_restarts,
             "root_cause": root.to_json() if root else None,
             "failures": [f.to_json() for f in self.failures],
+            "console_not_shown": self.console_not_shown,
         }
 
     def write(self, path: Path) -> Path:
         """Write the JSON report to ``path`` whole or not at all (its directory is created).
 
-        The text goes to a temporary file next to ``path``, is flushed to disk, then renamed over
-        ``path``: a full or failing disk leaves the previous file (or none), never a truncated one.
+        The text goes to a new temporary file next to ``path`` (mode ``0600``, created without
+        following a link), is flushed to disk, then renamed over ``path``: a full or failing disk
+        leaves the previous file (or none), never a truncated one, and a link at ``path`` is
+        replaced, never followed.
 
         Raises:
             OSError: the directory or the file could not be written (the temporary file is removed).
         """
         text = json.dumps(self.to_json(), indent=2) + "\n"
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
         try:
-            with open(tmp, "w", encoding="utf-8") as f:
+            with os.fdopen(os.open(tmp, flags, 0o600), "w", encoding="utf-8") as f:
                 f.write(text)
                 f.flush()
                 os.fsync(f.fileno())

@@ -126,6 +126,7 @@ class AgentResult:
         rounds: rendezvous rounds this agent took part in.
         restarts: restarts the job used.
         rejoins: times this node rejoined the job after it lost the rendezvous (and was dropped).
+        console_not_shown: lines the agent's console did not show (see :mod:`rallypoint.agent.console`).
     """
 
     exit_code: int
@@ -133,3 +134,4 @@ class AgentResult:
     rounds: int = 0
     restarts: int = 0
     rejoins: int = 0
+    console_not_shown: int = 0

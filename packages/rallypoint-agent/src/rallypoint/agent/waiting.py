@@ -8,6 +8,8 @@ import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, TextIO
 
+from rallypoint.agent import console
+
 if TYPE_CHECKING:
     from rallypoint.rendezvous.handler import RendezvousHandler
 
@@ -32,7 +34,8 @@ def waiting_line(handler: RendezvousHandler, stream: TextIO) -> Iterator[None]:
     """While the block runs, show ``waiting for nodes: N joined (min, max), Ts left`` on ``stream``.
 
     Only on a terminal; elsewhere (a pipe, a log file) it shows nothing. The line is erased when
-    the block ends, and only if it was shown.
+    the block ends, and only if it was shown. It is queued like every agent message
+    (:mod:`rallypoint.agent.console`): a terminal stopped with Ctrl-S never holds up the rendezvous.
     """
     if not (hasattr(stream, "isatty") and stream.isatty()):
         yield
@@ -49,11 +52,11 @@ def waiting_line(handler: RendezvousHandler, stream: TextIO) -> Iterator[None]:
             except Exception:  # noqa: BLE001 - the line is cosmetic; never disturb the rendezvous
                 continue
             left = max(0.0, handler.timeouts.join - (time.monotonic() - started))
-            stream.write(
+            console.message(
                 f"\r[rallypoint] waiting for nodes: {joined} joined (min {settings.min_nodes}, "
-                f"max {settings.max_nodes}), {left:.0f}s left \x1b[K"
+                f"max {settings.max_nodes}), {left:.0f}s left \x1b[K",
+                stream,
             )
-            stream.flush()
             shown.set()
 
     thread = threading.Thread(target=show, name="rallypoint-waiting-line", daemon=True)
@@ -64,5 +67,4 @@ def waiting_line(handler: RendezvousHandler, stream: TextIO) -> Iterator[None]:
         stop.set()
         thread.join(timeout=1)
         if shown.is_set():
-            stream.write("\r\x1b[K")
-            stream.flush()
+            console.message("\r\x1b[K", stream)

@@ -67,7 +67,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from rallypoint.agent import sentinel
+from rallypoint.agent import console, sentinel
 from rallypoint.agent.logs import WorkerLogs
 from rallypoint.agent.spawner import in_thread, interruptions_held, spawner, wait_through
 from rallypoint.agent.warm import WarmLauncher, WarmProcess
@@ -248,8 +248,8 @@ class _Sentinel:
             self.process_id = os.posix_spawn(argv[0], argv, os.environ, file_actions=actions, setsid=True)
         except (OSError, NotImplementedError) as err:  # NotImplementedError: no setsid for posix_spawn here
             os.close(write_fd)
-            print(f"rallypoint: cannot start the worker sentinel ({err}); processes started by workers "
-                  "may outlive an agent killed with SIGKILL", file=sys.stderr)  # fmt: skip
+            console.message(f"rallypoint: cannot start the worker sentinel ({err}); processes started by workers "
+                            "may outlive an agent killed with SIGKILL\n")  # fmt: skip
             return None
         finally:
             os.close(read_fd)
@@ -434,7 +434,7 @@ class WorkerGroup:
             try:
                 self._on_exit(exit_info)
             except Exception as err:  # noqa: BLE001 - a watcher thread has no one to raise to
-                print(f"rallypoint: on_exit callback failed for rank {exit_info.rank}: {err!r}", file=sys.stderr)
+                console.message(f"rallypoint: on_exit callback failed for rank {exit_info.rank}: {err!r}\n")
 
     # -- state -----------------------------------------------------------------------------------
 

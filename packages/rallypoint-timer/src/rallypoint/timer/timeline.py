@@ -222,8 +222,8 @@ class Recorder:
         if self.config.cuda:
             self._cuda = _cuda_module()
         if self.path is not None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)  # private, like the agent's log dir
+            self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
             header = {
                 "t": "meta",
                 "version": LOG_VERSION,

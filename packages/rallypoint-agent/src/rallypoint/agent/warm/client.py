@@ -29,6 +29,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any, TextIO
 
+from rallypoint.agent import console
 from rallypoint.agent.spawner import spawner
 from rallypoint.agent.warm import _server
 from rallypoint.agent.warm import keep as kept
@@ -206,7 +207,7 @@ class _Connection:
         try:
             sock, first = self._find_or_start(env, python, keep)
         except Exception as exc:  # noqa: BLE001 - reported by wait_ready, as a warm process that ended
-            print(f"rallypoint: cannot start the warm process: {exc}", file=sys.stderr, flush=True)
+            console.message(f"rallypoint: cannot start the warm process: {exc}\n")
             self._lost()
             return
         with self._state:
@@ -231,7 +232,7 @@ class _Connection:
             key = kept.reuse_key(python, self.modules, env)
             path = kept.socket_path(directory, key)
         except (OSError, kept.KeepDirectoryError) as exc:
-            print(f"rallypoint: agent.preload_keep: {exc}", file=sys.stderr, flush=True)
+            console.message(f"rallypoint: agent.preload_keep: {exc}\n")
             sock = self._start(python, env, self.pdeathsig)
             return sock, _server.recv(sock)
         with kept.key_lock(directory, key, READY_TIMEOUT) as locked:
@@ -257,10 +258,8 @@ class _Connection:
         answer = _server.recv(sock)
         if answer is None or answer[0].get("op") != "ready":
             if answer is not None and answer[0].get("op") == "stale":
-                print(
-                    f"rallypoint: the kept warm process is stale ({answer[0].get('message')}); starting a new one",
-                    file=sys.stderr,
-                    flush=True,
+                console.message(
+                    f"rallypoint: the kept warm process is stale ({answer[0].get('message')}); starting a new one\n"
                 )
             sock.close()
             return None
@@ -521,11 +520,7 @@ class WarmLauncher:
         return self._conn
 
     def _say(self, what: str) -> None:
-        print(
-            f"rallypoint: {what} (importing {', '.join(self.modules)} again)",
-            file=self.console or sys.stderr,
-            flush=True,
-        )
+        console.message(f"rallypoint: {what} (importing {', '.join(self.modules)} again)\n", self.console)
 
     def spawn(
         self,
