@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from rallypoint.rpc.records import RpcTransportRecord
 
 if TYPE_CHECKING:
-    from rallypoint.rpc import autograd
+    from rallypoint.rpc import autograd, functions, futures
     from rallypoint.rpc.agent import WorkerInfo
     from rallypoint.rpc.api import (
         get_rpc_timeout,
@@ -59,6 +59,8 @@ __all__ = [
     "RemoteModule",
     "DistributedOptimizer",
     "autograd",
+    "functions",
+    "futures",
     "Future",
     "WorkerInfo",
     "RpcOptions",
@@ -94,10 +96,12 @@ _WHERE = {
     "WorkerUnavailable": "errors",
 }
 
+_SUBMODULES = frozenset({"autograd", "functions", "futures"})
+
 
 def __getattr__(name: str) -> Any:
-    if name == "autograd":
-        value = importlib.import_module("rallypoint.rpc.autograd")
+    if name in _SUBMODULES:
+        value = importlib.import_module(f"rallypoint.rpc.{name}")
         globals()[name] = value
         return value
     module = _WHERE.get(name)
