@@ -31,6 +31,7 @@ if TYPE_CHECKING:
         rpc_sync,
         shutdown,
     )
+    from rallypoint.rpc.backend_options import BackendType, TensorPipeRpcBackendOptions
     from rallypoint.rpc.errors import (
         RemoteException,
         RpcError,
@@ -61,6 +62,8 @@ __all__ = [
     "autograd",
     "functions",
     "futures",
+    "BackendType",
+    "TensorPipeRpcBackendOptions",
     "Future",
     "WorkerInfo",
     "RpcOptions",
@@ -88,6 +91,8 @@ _WHERE = {
     "Future": "futures",
     "WorkerInfo": "agent",
     "RpcOptions": "options",
+    "BackendType": "backend_options",
+    "TensorPipeRpcBackendOptions": "backend_options",
     "RpcError": "errors",
     "RpcTimeout": "errors",
     "RpcRefused": "errors",

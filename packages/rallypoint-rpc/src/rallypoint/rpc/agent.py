@@ -135,8 +135,8 @@ class RpcAgent:
         raise ValueError(f"unknown RPC worker {to!r}; the workers are: {names}")
 
     def effective_timeout(self, timeout: float | None) -> float | None:
-        """``None``: the default; ``0``: no timeout (``None`` returned)."""
-        value = self.timeout if timeout is None else timeout
+        """``None`` or negative (torch's ``-1``): the default; ``0``: no timeout (``None`` returned)."""
+        value = self.timeout if timeout is None or timeout < 0 else timeout
         return None if value <= 0 else value
 
     # --------------------------------------------------------------- sending
