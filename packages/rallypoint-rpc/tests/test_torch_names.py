@@ -116,3 +116,27 @@ def test_futures_wait_all_takes_rallypoint_and_torch_futures(group: list[RpcAgen
     together = rpc.futures.collect_all([done, failed]).wait()
     assert together[0].wait() == 7
     assert together[1].exception() is not None
+
+
+@rpc.expose
+def weighted_loss(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    return (x * w).sum()
+
+
+def test_rref_backward_distributed_from_the_owner_and_local_on_it(group: list[RpcAgent]) -> None:
+    from rallypoint.rpc import autograd as dist_autograd
+
+    with use_agent(group[0]):
+        x = torch.tensor([1.0, 2.0], requires_grad=True)
+        w = torch.tensor([3.0, 4.0], requires_grad=True)
+        with dist_autograd.context() as ctx_id:
+            loss_rref = rpc.remote("w1", weighted_loss, args=(x, w))
+            loss_rref.backward(ctx_id)  # the pass starts on w1 and reaches x and w here
+            grads = dist_autograd.get_gradients(ctx_id)
+        torch.testing.assert_close(grads[x], w.detach())
+        torch.testing.assert_close(grads[w], x.detach())
+        with pytest.raises(rpc.RpcError, match="only on the owner w1"):
+            loss_rref.backward()
+        local = rpc.RRef(weighted_loss(x, w))
+        local.backward(retain_graph=True)  # -1: a local pass, gradients in .grad
+        torch.testing.assert_close(x.grad, w.detach())

@@ -110,6 +110,22 @@ class RRef(Generic[T]):
         value: T = self._agent.call(self._owner, header, {}, timeout, what)
         return value
 
+    def backward(self, dist_autograd_ctx_id: int = -1, retain_graph: bool = False) -> None:
+        """A backward pass whose root is this RRef's value (a scalar tensor that requires grad).
+
+        With ``dist_autograd_ctx_id`` (from ``dist_autograd.context()``), the distributed backward
+        pass of that context, started on the owner: read the gradients with
+        ``dist_autograd.get_gradients``. Without (``-1``), a local ``torch.autograd.backward`` on
+        the owner, which must be this worker.
+
+        Raises:
+            RpcError: a local backward pass requested on a worker that is not the owner.
+            ValueError: the value is not a scalar tensor that requires grad.
+        """
+        from rallypoint.rpc.rref_backward import backward
+
+        backward(self, dist_autograd_ctx_id, retain_graph)
+
     def rpc_sync(self, timeout: float | None = None) -> Any:
         """A proxy whose method calls run on the owner and return the result: ``rref.rpc_sync().add(1)``."""
         return _Proxy(self, "sync", timeout)
