@@ -93,7 +93,7 @@ def test_worker_info_rref_methods_and_proxies_have_torch_names(group: list[RpcAg
         assert torch.equal(rref.remote().get().to_here(), torch.ones(2))
         with pytest.raises(rpc.RpcError, match="use to_here"):
             rref.local_value()
-        local = rpc.RRef(torch.zeros(1))
+        local = rpc.RRef(torch.zeros(1), type_hint=torch.Tensor)
         assert local.is_owner()
         assert local.confirmed_by_owner()
         assert torch.equal(local.local_value(), torch.zeros(1))

@@ -31,8 +31,11 @@ class RRef(Generic[T]):
     _owner: WorkerInfo
     _creation: Future[Any] | None
 
-    def __init__(self, value: T) -> None:
+    def __init__(self, value: T, type_hint: Any = None) -> None:
+        """Own ``value`` here; ``type_hint`` is accepted as torch's is, and not used (it serves TorchScript)."""
         from rallypoint.rpc.api import current_agent
+
+        del type_hint
 
         agent = current_agent()
         rref_id = agent.new_rref_id()
