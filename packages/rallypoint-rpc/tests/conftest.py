@@ -24,9 +24,14 @@ _PORTS = itertools.count()
 
 
 class LocalTransport:
-    """An in-memory transport: ``local:N`` addresses, one thread pool per worker."""
+    """An in-memory transport: ``local:N`` addresses, one thread pool per worker.
 
-    def __init__(self, threads: int = 8) -> None:
+    ``deferred``: the handler may answer with a future of the reply (an async_execution call),
+    which is sent when it completes, with the pool's thread free meanwhile.
+    """
+
+    def __init__(self, threads: int = 8, *, deferred: bool = True) -> None:
+        self.deferred_replies = deferred
         self.address = f"local:{next(_PORTS)}"
         self.pool = ThreadPoolExecutor(threads, thread_name_prefix=self.address)
         self.handler: Any = None
@@ -52,11 +57,18 @@ class LocalTransport:
             reply(None, exc if isinstance(exc, TransportUnavailable) else TransportUnavailable(str(exc)))
             return
 
-        def done(f: Any) -> None:
+        def send(parts: list[Any]) -> None:
             if self._reply_dead(address):
                 reply(None, TransportUnavailable(f"{address} died during the call"))
             else:
-                reply(bytearray(b"".join(bytes(p) for p in f.result())), None)
+                reply(bytearray(b"".join(bytes(p) for p in parts)), None)
+
+        def done(f: Any) -> None:
+            answer = f.result()
+            if isinstance(answer, list):
+                send(answer)
+            else:  # a deferred reply
+                answer.add_done_callback(lambda later: send(later.wait()))
 
         fut.add_done_callback(done)
 
@@ -74,11 +86,14 @@ class LocalTransport:
 
 
 @contextlib.contextmanager
-def local_group(count: int = 3, *, allow: tuple[str, ...] = ()) -> Iterator[list[RpcAgent]]:
-    """``count`` agents named ``w0``... over :class:`LocalTransport`."""
+def local_group(
+    count: int = 3, *, allow: tuple[str, ...] = (), threads: int = 8, deferred: bool = True, timeout: float = 30
+) -> Iterator[list[RpcAgent]]:
+    """``count`` agents named ``w0``... over :class:`LocalTransport` (``threads`` each)."""
     agents = []
     for rank in range(count):
-        agent = RpcAgent(WorkerInfo(f"w{rank}", rank), LocalTransport(), exposure=Exposure(allow), timeout=30)
+        transport = LocalTransport(threads, deferred=deferred)
+        agent = RpcAgent(WorkerInfo(f"w{rank}", rank), transport, exposure=Exposure(allow), timeout=timeout)
         agent.serve("local")
         agents.append(agent)
     for agent in agents:
@@ -95,3 +110,9 @@ def group() -> Iterator[list[RpcAgent]]:
     """Three agents ``w0``, ``w1``, ``w2`` over the in-memory transport."""
     with local_group(3) as agents:
         yield agents
+
+
+@pytest.fixture
+def make_group() -> Any:
+    """:func:`local_group` itself, for tests that need other sizes, thread counts or transports."""
+    return local_group

@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rallypoint.rpc.transport import Handler
+from rallypoint.rpc.transport import DeferredHandler
 from rallypoint_grpc.rpc_shm import process_gone
 
 __all__ = ["HEAD", "MAGIC", "MAX_TOKEN", "REFUSED", "REPLY", "REQUEST", "ProtocolError", "SocketServer", "send_all"]
@@ -90,7 +90,7 @@ def _reader(sock: socket.socket) -> Any:
 class SocketServer:
     """Listens on TCP and/or a Unix socket and serves each connection (see the module docstring)."""
 
-    def __init__(self, handler: Handler, token: str, max_frame_bytes: int) -> None:
+    def __init__(self, handler: DeferredHandler, token: str, max_frame_bytes: int) -> None:
         self._handler = handler
         self._token = f"Bearer {token}".encode()
         self.max_frame_bytes = max_frame_bytes
@@ -306,7 +306,10 @@ class _ServerConnection:
         except BaseException as exc:  # noqa: BLE001 - handlers never raise; if one does, the caller hears of it
             self._reply(rid, _FAILED, [f"INTERNAL: {type(exc).__name__}: {exc}"])
             return
-        self._reply(rid, _OK, parts)
+        if isinstance(parts, list):
+            self._reply(rid, _OK, parts)
+        else:  # an async_execution call: replied when its future completes, this thread goes on reading
+            parts.add_done_callback(lambda answer: self._reply(rid, _OK, answer.wait()))
 
     def _reply(self, rid: int, status: int, parts: list[Any]) -> None:
         body = [p.encode() if isinstance(p, str) else p for p in parts]

@@ -25,7 +25,7 @@ from typing import Any
 import grpc
 
 from rallypoint.rpc.transport import (
-    Handler,
+    DeferredHandler,
     Reply,
     TransportError,
     TransportRefused,
@@ -109,13 +109,21 @@ class GrpcRpcTransport:
         )
 
     # ------------------------------------------------------------- server
-    def serve(self, handler: Handler, host: str) -> str:
+    #: Replies to async_execution calls over the sockets are sent when they are ready, the
+    #: serving thread free meanwhile; a gRPC call's thread waits for its reply (a synchronous server).
+    deferred_replies = True
+
+    def serve(self, handler: DeferredHandler, host: str) -> str:
         """Start the server on ``host`` (a free port); returns ``HOST:PORT``."""
+
+        def blocking(frame: Any) -> list[Any]:
+            answer = handler(frame)
+            return answer if isinstance(answer, list) else answer.wait()
 
         def call(request: bytes, context: grpc.ServicerContext) -> bytes:
             shm = self.shm
             if shm is None:
-                return b"".join(handler(request))
+                return b"".join(blocking(request))
             context.send_initial_metadata(((METADATA_KEY, shm.marker),))
             frame: Any = request
             if request[: len(REF_MAGIC)] == REF_MAGIC:
@@ -123,7 +131,7 @@ class GrpcRpcTransport:
                     frame = shm.take(request)
                 except ValueError as exc:
                     context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
-            parts = handler(frame)
+            parts = blocking(frame)
             if frame_size(parts) >= THRESHOLD and shm.visible(_marker(context.invocation_metadata())):
                 return shm.put(parts)[0]
             return b"".join(parts)
@@ -132,7 +140,7 @@ class GrpcRpcTransport:
             frame = self._gather(chunks, context.abort)
             if self.shm is not None:
                 context.send_initial_metadata(((METADATA_KEY, self.shm.marker),))
-            yield from _chunks(handler(frame), self.chunk_bytes)
+            yield from _chunks(blocking(frame), self.chunk_bytes)
 
         self._sockets = self._serve_sockets(handler, host) if self.options.sockets else None
         hello = json.dumps(self._where()).encode()
@@ -255,7 +263,7 @@ class GrpcRpcTransport:
         self._call_metadata = value
         self._token_bytes = next((str(v).encode() for k, v in value if k == TOKEN_HEADER), b"")
 
-    def _serve_sockets(self, handler: Handler, host: str) -> SocketServer:
+    def _serve_sockets(self, handler: DeferredHandler, host: str) -> SocketServer:
         sockets = SocketServer(handler, self.token, self.options.max_frame_bytes)
         if self.options.tls_cert is None:  # with TLS, calls between hosts stay on gRPC
             sockets.listen_tcp(host)

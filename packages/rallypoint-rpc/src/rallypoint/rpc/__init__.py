@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from rallypoint.rpc.records import RpcTransportRecord
 
 if TYPE_CHECKING:
-    from rallypoint.rpc import autograd
+    from rallypoint.rpc import autograd, functions, futures
     from rallypoint.rpc.agent import WorkerInfo
     from rallypoint.rpc.api import (
         get_rpc_timeout,
@@ -31,6 +31,7 @@ if TYPE_CHECKING:
         rpc_sync,
         shutdown,
     )
+    from rallypoint.rpc.backend_options import BackendType, TensorPipeRpcBackendOptions
     from rallypoint.rpc.errors import (
         RemoteException,
         RpcError,
@@ -59,6 +60,10 @@ __all__ = [
     "RemoteModule",
     "DistributedOptimizer",
     "autograd",
+    "functions",
+    "futures",
+    "BackendType",
+    "TensorPipeRpcBackendOptions",
     "Future",
     "WorkerInfo",
     "RpcOptions",
@@ -86,6 +91,8 @@ _WHERE = {
     "Future": "futures",
     "WorkerInfo": "agent",
     "RpcOptions": "options",
+    "BackendType": "backend_options",
+    "TensorPipeRpcBackendOptions": "backend_options",
     "RpcError": "errors",
     "RpcTimeout": "errors",
     "RpcRefused": "errors",
@@ -94,10 +101,12 @@ _WHERE = {
     "WorkerUnavailable": "errors",
 }
 
+_SUBMODULES = frozenset({"autograd", "functions", "futures"})
+
 
 def __getattr__(name: str) -> Any:
-    if name == "autograd":
-        value = importlib.import_module("rallypoint.rpc.autograd")
+    if name in _SUBMODULES:
+        value = importlib.import_module(f"rallypoint.rpc.{name}")
         globals()[name] = value
         return value
     module = _WHERE.get(name)

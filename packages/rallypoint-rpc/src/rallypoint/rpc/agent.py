@@ -18,15 +18,16 @@ import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from rallypoint.rpc.errors import RpcError, RpcRefused, RpcTimeout, SerializationError, WorkerUnavailable
 from rallypoint.rpc.exposure import Exposure
+from rallypoint.rpc.functions import Pending, pending
 from rallypoint.rpc.futures import Future
 from rallypoint.rpc.refs import HolderTable, OwnerTable
 from rallypoint.rpc.remote_errors import describe_exception, rebuild_exception
 from rallypoint.rpc.serialization import Decoder, Encoder, dumps_tree, loads_tree
-from rallypoint.rpc.transport import RpcTransport, TransportError, TransportRefused, TransportTimeout
+from rallypoint.rpc.transport import Handler, RpcTransport, TransportError, TransportRefused, TransportTimeout
 from rallypoint.rpc.wire import pack_parts, unpack
 
 __all__ = ["CURRENT_AGENT", "RpcAgent", "WorkerInfo"]
@@ -110,7 +111,9 @@ class RpcAgent:
     # ----------------------------------------------------------------- group
     def serve(self, host: str) -> WorkerInfo:
         """Start the transport's server; returns this worker's info with its address."""
-        address = self.transport.serve(self.handle, host)
+        deferred = getattr(self.transport, "deferred_replies", False)  # see transport.DeferredHandler
+        handler = cast(Handler, self.handle_deferred) if deferred else self.handle
+        address = self.transport.serve(handler, host)
         self.info = WorkerInfo(self.info.name, self.info.id, address)
         return self.info
 
@@ -132,8 +135,8 @@ class RpcAgent:
         raise ValueError(f"unknown RPC worker {to!r}; the workers are: {names}")
 
     def effective_timeout(self, timeout: float | None) -> float | None:
-        """``None``: the default; ``0``: no timeout (``None`` returned)."""
-        value = self.timeout if timeout is None else timeout
+        """``None`` or negative (torch's ``-1``): the default; ``0``: no timeout (``None`` returned)."""
+        value = self.timeout if timeout is None or timeout < 0 else timeout
         return None if value <= 0 else value
 
     # --------------------------------------------------------------- sending
@@ -376,7 +379,27 @@ class RpcAgent:
 
     # -------------------------------------------------------------- serving
     def handle(self, frame: Any) -> list[Any]:
-        """Run one request frame and return the reply frame's parts. Never raises."""
+        """Run one request frame and return the reply frame's parts. Never raises.
+
+        A call to an :func:`~rallypoint.rpc.functions.async_execution` function holds this
+        thread until its future completes; :meth:`handle_deferred` does not.
+        """
+        answer = self.handle_deferred(frame)
+        if not isinstance(answer, Future):
+            return answer
+        try:
+            parts: list[Any] = answer.wait(self.timeout or None)
+        except TimeoutError:
+            return self._error_parts(RpcTimeout(self.info.name, "an async_execution reply", self.timeout))
+        return parts
+
+    def handle_deferred(self, frame: Any) -> list[Any] | Future[list[Any]]:
+        """:meth:`handle`, except that an async_execution call answers with a :class:`Future` of the parts.
+
+        The future completes (never with an error) once the function's own future does; the
+        thread that ran the function is free meanwhile. Transports that can send a reply later
+        (``deferred_replies = True``) are served through this method.
+        """
         token = CURRENT_AGENT.set(self)
         src = "?"
         try:
@@ -397,12 +420,20 @@ class RpcAgent:
                 from rallypoint.rpc.autograd import serving
 
                 with serving(self, tree["ad"], src):
-                    return self._reply(src, op(tree, bufs))
-            return self._reply(src, op(tree, bufs), broadcasts=tree.get("op") == "ad_grad")
+                    return self._answer(src, op(tree, bufs))
+            return self._answer(src, op(tree, bufs), broadcasts=tree.get("op") == "ad_grad")
         except BaseException as exc:  # noqa: BLE001 - every failure goes back to the caller
-            return pack_parts(dumps_tree({"err": describe_exception(exc, self.info.name)}))
+            return self._error_parts(exc)
         finally:
             CURRENT_AGENT.reset(token)
+
+    def _error_parts(self, exc: BaseException) -> list[Any]:
+        return pack_parts(dumps_tree({"err": describe_exception(exc, self.info.name)}))
+
+    def _answer(self, src: str, result: Any, *, broadcasts: bool = False) -> list[Any] | Future[list[Any]]:
+        if not isinstance(result, Pending):
+            return self._reply(src, result, broadcasts=broadcasts)
+        return result.reply(lambda value: self._reply(src, value), self._error_parts)
 
     def _reply(self, src: str, result: Any, *, broadcasts: bool = False) -> list[Any]:
         enc = Encoder(allow_pickle=self.allow_pickle, broadcasts=broadcasts)
@@ -425,9 +456,9 @@ class RpcAgent:
     def _op_call(self, tree: dict[str, Any], bufs: list[Any]) -> Any:
         fn = self.exposure.resolve(str(tree.get("fn")), worker=self.info.name)
         args, kwargs = self._args(tree, bufs)
-        return fn(*args, **kwargs)
+        return pending(fn, fn(*args, **kwargs))
 
-    def _op_remote(self, tree: dict[str, Any], bufs: list[Any]) -> None:
+    def _op_remote(self, tree: dict[str, Any], bufs: list[Any]) -> Pending | None:
         new_id = str(tree.get("new"))
         self.owned.incref(new_id)  # the creator's reference
         try:
@@ -435,7 +466,10 @@ class RpcAgent:
         except BaseException as exc:
             self.owned.set(new_id, error=exc)
             raise
+        if isinstance(value, Pending):  # the value is the future's, once it completes
+            return value.store(self.owned, new_id)
         self.owned.set(new_id, value)
+        return None
 
     def _owned_value(self, tree: dict[str, Any]) -> Any:
         rref_id = str(tree.get("rref"))
@@ -458,7 +492,7 @@ class RpcAgent:
         if not callable(method):
             raise AttributeError(f"{type(obj).__qualname__} has no method {name!r} (on {self.info.name})")
         args, kwargs = self._args(tree, bufs)
-        return method(*args, **kwargs)
+        return pending(method, method(*args, **kwargs))
 
     def _op_fetch(self, tree: dict[str, Any], bufs: list[Any]) -> Any:
         return self._owned_value(tree)

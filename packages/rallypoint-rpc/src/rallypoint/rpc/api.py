@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from rallypoint.rpc.agent import CURRENT_AGENT, RpcAgent, WorkerInfo
+from rallypoint.rpc.backend_options import TensorPipeRpcBackendOptions, merge_backend_options
 from rallypoint.rpc.errors import RpcError
 from rallypoint.rpc.exposure import Exposure, callable_path
 from rallypoint.rpc.futures import Future
@@ -55,28 +56,42 @@ def _env_int(name: str, environ: Mapping[str, str]) -> int:
 
 def init_rpc(
     name: str,
-    rank: int | None = None,
+    backend: Any = None,
+    rank: int | None = -1,
     world_size: int | None = None,
-    options: RpcOptions | None = None,
+    rpc_backend_options: TensorPipeRpcBackendOptions | RpcOptions | None = None,
     *,
+    options: RpcOptions | None = None,
     environ: Mapping[str, str] | None = None,
 ) -> None:
-    """Join the RPC group as ``name`` and start serving calls.
+    """Join the RPC group as ``name`` and start serving calls (torch's signature).
 
     Under ``rallypoint run`` everything comes from the environment: the rank and world size
     (``RANK``, ``WORLD_SIZE``), the store the workers meet in (``MASTER_ADDR``/``MASTER_PORT``)
-    and the job's ``[rpc]`` section (``options``, when not given). Returns once every worker
-    of the group has joined.
+    and the job's ``[rpc]`` section. Returns once every worker of the group has joined.
+
+    Args:
+        name: this worker's unique name.
+        backend: ``None`` or :attr:`BackendType.TENSORPIPE` (the job's transport either way).
+        rank: this worker's rank (``-1`` or ``None``: ``RANK``).
+        world_size: the number of workers (``None``: ``WORLD_SIZE``).
+        rpc_backend_options: torch's :class:`TensorPipeRpcBackendOptions` (the settings it was
+            given override the job's ``[rpc]`` ones; those that cannot be honoured are refused)
+            or an :class:`RpcOptions`.
+        options: an :class:`RpcOptions` replacing the job's ``[rpc]`` section.
+        environ: the environment to read (default: ``os.environ``).
 
     Raises:
-        RpcError: already initialized, a bad name, no store, no transport, duplicate names.
+        RpcError: already initialized, a bad name, no store, no transport, duplicate names, a
+            backend option that cannot be honoured.
     """
     env = os.environ if environ is None else environ
     if not _NAME.match(name):
         raise RpcError(f"invalid RPC worker name {name!r}: use 1-127 characters among A-Z a-z 0-9 _ : . -")
-    rank = _env_int("RANK", env) if rank is None else rank
+    rank = _env_int("RANK", env) if rank is None or rank < 0 else rank
     world_size = _env_int("WORLD_SIZE", env) if world_size is None else world_size
-    opts = options if options is not None else RpcOptions.from_environment(env)
+    base = options if options is not None else RpcOptions.from_environment(env)
+    opts = merge_backend_options(base, backend, rpc_backend_options)
     with _LOCK:
         if _STATE["agent"] is not None:
             raise RpcError(f"init_rpc called twice in this process (already {_STATE['agent'].info.name})")

@@ -44,7 +44,9 @@ _MARK = "__rallypoint_rpc_exposed__"
 #: Module patterns whose own public classes and functions every worker accepts.
 DEFAULT_ALLOW = ("torch.nn", "torch.optim")
 #: rallypoint modules a worker imports on demand; only their ``@expose``-d objects are callable.
-BUILTIN_MODULES = frozenset({"rallypoint.rpc.optimizer", "rallypoint.rpc.remote_module"})
+BUILTIN_MODULES = frozenset(
+    {"rallypoint.rpc.optimizer", "rallypoint.rpc.remote_module", "rallypoint.rpc.rref_backward"}
+)
 T = TypeVar("T")
 
 

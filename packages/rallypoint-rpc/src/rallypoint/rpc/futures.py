@@ -1,13 +1,19 @@
-"""The future that :func:`rpc_async` returns (the subset of ``torch.futures.Future`` RPC code uses)."""
+"""The future that :func:`rpc_async` returns (the subset of ``torch.futures.Future`` RPC code uses).
+
+Also ``wait_all`` and ``collect_all``, as in ``torch.futures``: ``torch.futures.wait_all`` takes
+only torch's own futures (their state lives in torch's C++ core), so a program that waits on
+the futures of ``rpc_async`` calls ``rallypoint.rpc.futures.wait_all``, which takes both kinds.
+"""
 
 from __future__ import annotations
 
+import contextvars
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Executor
 from typing import Any, Generic, TypeVar
 
-__all__ = ["Future"]
+__all__ = ["Future", "collect_all", "wait_all"]
 
 T = TypeVar("T")
 S = TypeVar("S")
@@ -77,8 +83,9 @@ class Future(Generic[T]):
     def add_done_callback(self, callback: Callable[[Future[T]], Any]) -> None:
         """Run ``callback(future)`` once the future completes; its result is ignored."""
         executor = self._executor
-        if executor is not None:
-            self._add_callback(lambda fut: _submit(executor, callback, fut))
+        if executor is not None:  # run there with this thread's context (the agent of the call running here)
+            state = contextvars.copy_context()
+            self._add_callback(lambda fut: _submit(executor, lambda f: state.run(callback, f), fut))
         else:
             self._add_callback(callback)
 
@@ -112,3 +119,42 @@ def _submit(executor: Executor, callback: Callable[[Future[Any]], Any], fut: Fut
         executor.submit(callback, fut)
     except RuntimeError:  # the executor is shut down: run it here rather than never
         callback(fut)
+
+
+def collect_all(futures: Iterable[Any]) -> Future[list[Any]]:
+    """A future completed with the list of ``futures`` once every one of them has completed.
+
+    Takes :class:`Future` objects and ``torch.futures.Future`` objects alike (anything with
+    ``add_done_callback``). The list holds the futures themselves, completed (with a result or
+    an error): ``wait()`` on each gives its result.
+    """
+    items = list(futures)
+    together: Future[list[Any]] = Future()
+    left = [len(items)]
+    lock = threading.Lock()
+
+    def one_done(_: Any) -> None:
+        with lock:
+            left[0] -= 1
+            last = left[0] == 0
+        if last:
+            together.set_result(items)
+
+    if not items:
+        together.set_result([])
+    for fut in items:
+        fut.add_done_callback(one_done)
+    return together
+
+
+def wait_all(futures: Iterable[Any]) -> list[Any]:
+    """Wait for every future and return their results in order, as ``torch.futures.wait_all`` does.
+
+    Takes :class:`Future` objects and ``torch.futures.Future`` objects alike.
+
+    Raises:
+        BaseException: the error of the first future (in order) that failed.
+    """
+    items = list(futures)
+    collect_all(items).wait()
+    return [fut.wait() for fut in items]

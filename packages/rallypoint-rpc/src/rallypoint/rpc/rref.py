@@ -31,8 +31,11 @@ class RRef(Generic[T]):
     _owner: WorkerInfo
     _creation: Future[Any] | None
 
-    def __init__(self, value: T) -> None:
+    def __init__(self, value: T, type_hint: Any = None) -> None:
+        """Own ``value`` here; ``type_hint`` is accepted as torch's is, and not used (it serves TorchScript)."""
         from rallypoint.rpc.api import current_agent
+
+        del type_hint
 
         agent = current_agent()
         rref_id = agent.new_rref_id()
@@ -109,6 +112,22 @@ class RRef(Generic[T]):
         what = f"RRef {self.rref_id}.to_here()"
         value: T = self._agent.call(self._owner, header, {}, timeout, what)
         return value
+
+    def backward(self, dist_autograd_ctx_id: int = -1, retain_graph: bool = False) -> None:
+        """A backward pass whose root is this RRef's value (a scalar tensor that requires grad).
+
+        With ``dist_autograd_ctx_id`` (from ``dist_autograd.context()``), the distributed backward
+        pass of that context, started on the owner: read the gradients with
+        ``dist_autograd.get_gradients``. Without (``-1``), a local ``torch.autograd.backward`` on
+        the owner, which must be this worker.
+
+        Raises:
+            RpcError: a local backward pass requested on a worker that is not the owner.
+            ValueError: the value is not a scalar tensor that requires grad.
+        """
+        from rallypoint.rpc.rref_backward import backward
+
+        backward(self, dist_autograd_ctx_id, retain_graph)
 
     def rpc_sync(self, timeout: float | None = None) -> Any:
         """A proxy whose method calls run on the owner and return the result: ``rref.rpc_sync().add(1)``."""

@@ -11,7 +11,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from rallypoint.rpc.futures import Future
+
 __all__ = [
+    "DeferredHandler",
     "Handler",
     "Reply",
     "RpcTransport",
@@ -25,6 +28,12 @@ __all__ = [
 #: parts (:func:`rallypoint.rpc.wire.pack_parts`: their concatenation is the frame). Called in a
 #: transport thread.
 Handler = Callable[[Any], list[Any]]
+#: A :data:`Handler` that may also answer with a :class:`~rallypoint.rpc.Future` of the reply's
+#: parts (a call to an ``async_execution`` function), which never fails. A transport whose class
+#: sets ``deferred_replies = True`` is served with one, and sends that reply when the future
+#: completes, without holding a thread meanwhile where it can; other transports are served with
+#: a plain :data:`Handler`, which holds the thread until the reply is ready.
+DeferredHandler = Callable[[Any], "list[Any] | Future[list[Any]]"]
 #: Completion of an outgoing call: ``(reply frame, None)`` or ``(None, error)``; the frame is any
 #: bytes-like object (a writable one lets tensors use it in place).
 Reply = Callable[[Any, BaseException | None], None]
