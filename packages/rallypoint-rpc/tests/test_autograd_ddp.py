@@ -37,7 +37,8 @@ def _gloo_group(store: dist.Store, rank: int, size: int) -> dist.ProcessGroup:
     backend = dist.ProcessGroupGloo(store, rank, size, timedelta(seconds=30))
     group = dist.ProcessGroup(store, rank, size)
     group._set_default_backend(dist.ProcessGroup.BackendType.GLOO)
-    group._register_backend(torch.device("cpu"), dist.ProcessGroup.BackendType.GLOO, backend)
+    for device in ("cpu", "cuda"):  # Gloo reduces CUDA tensors too
+        group._register_backend(torch.device(device), dist.ProcessGroup.BackendType.GLOO, backend)
     return group
 
 

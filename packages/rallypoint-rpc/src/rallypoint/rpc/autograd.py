@@ -466,15 +466,21 @@ def _gradient_for(agent: Any, ctx_id: Any, send_id: Any, grad: Any) -> tuple[Dis
 
 
 def _leaves(outputs: list[torch.Tensor]) -> list[torch.Tensor]:
-    """The leaves (and recv anchors) that ``outputs`` depend on, each once."""
-    seen: set[int] = set()
+    """The leaves (and recv anchors) that ``outputs`` depend on, each once.
+
+    ``seen`` holds the graph's node objects, not just their ids: Python's objects for autograd
+    nodes are made on access and freed when unused, and a freed one's id can be given to the next
+    node met, which was then taken for seen and its leaves lost (seen on Python 3.12 with a CUDA
+    remote module: no leaf found, so no gradient flowed back).
+    """
+    seen: dict[int, Any] = {}
     found: dict[int, torch.Tensor] = {}
     stack = [t.grad_fn for t in outputs if t.grad_fn is not None]
     while stack:
         node = stack.pop()
         if id(node) in seen:
             continue
-        seen.add(id(node))
+        seen[id(node)] = node  # kept alive while the walk lasts, so ids stay unique
         variable = getattr(node, "variable", None)
         if isinstance(variable, torch.Tensor):
             found.setdefault(id(variable), variable)
