@@ -66,8 +66,8 @@ def test_a_host_cut_off_fences_itself_and_its_return_never_fails_the_job(hosts, 
     record(
         "host cut off 12 s (etcd, 3 hosts, max_restarts 0): fences, job goes on, rejoins",
         {
-            "fence_s": round(fence_s, 2),
-            "others_next_step_s": round(others[0]["t"] - cut_at, 2),
+            "detection_s": round(fence_s, 2),  # the cut-off host fenced itself
+            "recovery_s": round(others[0]["t"] - cut_at, 2),  # the others' first step without it
             "heal_to_3_hosts_s": round(regrown[0]["t"] - healed_at, 2),
             "steps_before_cut": reference["step"],
         },
@@ -98,5 +98,5 @@ def test_the_rendezvous_lost_for_good_stops_every_node_within_the_timeouts(hosts
         assert "it could not rejoin the job, the rendezvous ('etcd' backend at" in agent.output(), agent.output()
     record(
         "etcd lost for good (3 hosts): fence, then exit 1 after join_timeout",
-        {"fence_s": round(worst_fence, 2), "exit_s": round(ended, 2), "join_timeout_s": join_timeout},
+        {"detection_s": round(worst_fence, 2), "exit_s": round(ended, 2), "join_timeout_s": join_timeout},
     )
