@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel, ConfigDict
 
+from rallypoint.agent import worker_main
 from rallypoint.agent.plan import JobPlan, NodeFacts, plan_job, visible_gpus, worker_argv
 from rallypoint.agent.records import RankStrategyRecord
 from rallypoint.collectives.records import CollectiveBackendRecord
@@ -91,8 +92,9 @@ def test_a_single_node_job_from_a_job_file(resolve, train: Path, tmp_path: Path)
     # the job is named after its file; a single-node job gets a generated run id
     assert settings.run_id == plan.rendezvous.run_id == "mnist-cafe0123"
     assert settings.log_dir == Path("runs/mnist-cafe0123")
-    # a relative entrypoint of a job file is found next to the file, and runs unbuffered
-    assert settings.argv == ["/usr/bin/python3", "-u", str(train), "--lr", "0.1"]
+    # a relative entrypoint of a job file is found next to the file, and runs unbuffered through
+    # worker_main (which ends the worker without the interpreter's finalization)
+    assert settings.argv == ["/usr/bin/python3", "-u", worker_main.PATH, str(train), "--lr", "0.1"]
     assert settings.host == "node-a"
     assert settings.worker_env["RALLYPOINT_CONFIG"] == str(tmp_path / "mnist.toml")
     assert settings.strategy is not None
@@ -265,10 +267,11 @@ def test_worker_argv(tmp_path: Path) -> None:
     def argv(job: Job, cli: bool) -> list[str]:
         return worker_argv(job, script_from_cli=cli, base=base, cwd=tmp_path, executable=py, source="where")
 
-    assert argv(Job(module="pkg.main", args=("-x",)), False) == [py, "-u", "-m", "pkg.main", "-x"]
+    main = worker_main.PATH  # Python scripts and modules run through it
+    assert argv(Job(module="pkg.main", args=("-x",)), False) == [py, "-u", main, "-m", "pkg.main", "-x"]
     # from the job file: relative to the file; from the command line: as typed, from the cwd
-    assert argv(Job("train.py"), False) == [py, "-u", str(base / "train.py")]
-    assert argv(Job("here.py", args=("a",)), True) == [py, "-u", "here.py", "a"]
+    assert argv(Job("train.py"), False) == [py, "-u", main, str(base / "train.py")]
+    assert argv(Job("here.py", args=("a",)), True) == [py, "-u", main, "here.py", "a"]
     assert argv(Job("bin/run"), False) == [str(base / "bin" / "run")]
     # a program: a bare name is looked up on PATH unless a file of that name is in the cwd
     assert argv(Job("hostname"), True) == ["hostname"]

@@ -24,6 +24,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel
 
+from rallypoint.agent import worker_main
 from rallypoint.agent.config import MAX_NPROC_PER_NODE, AgentSection, JobSection, NodesSection
 from rallypoint.agent.logs import parse_tee
 from rallypoint.agent.netif import socket_ifname_env
@@ -218,6 +219,10 @@ def worker_argv(
 ) -> list[str]:
     """The worker command line: Python scripts and modules run with ``executable``, unbuffered.
 
+    A Python script or module runs through :mod:`rallypoint.agent.worker_main`
+    (``python -u .../worker_main.py train.py ARGS``), which runs it as ``python`` would and ends
+    the worker without the interpreter's finalization; any other program runs as it is.
+
     Args:
         job: the ``[job]`` section (``entrypoint`` or ``module``, ``args``).
         script_from_cli: the entrypoint came from the command line, so a relative path stays
@@ -232,7 +237,7 @@ def worker_argv(
     """
     args = list(job.args)
     if job.module:
-        return [executable, "-u", "-m", job.module, *args]
+        return worker_main.command(executable, job.module, args, module=True)
     entry = str(job.entrypoint)
     path = Path(entry)
     if not script_from_cli and not path.is_absolute():
@@ -241,7 +246,7 @@ def worker_argv(
     if path.suffix == ".py":
         if not on_disk.exists():
             raise _issue(source, "job.entrypoint", f"no such script: {path}")
-        return [executable, "-u", str(path), *args]
+        return worker_main.command(executable, str(path), args)
     if path.is_absolute() or "/" in entry:
         return [str(path) if path.is_absolute() else entry, *args]
     # a bare name ("hostname") is looked up on PATH, unless a file of that name is right here

@@ -2,8 +2,10 @@
 
 Run by path, never imported by the agent: ``python -u _server.py FD MODULE...``, where ``FD`` is
 this end of a Unix stream socket whose other end the agent holds. It imports nothing of
-rallypoint (only the standard library and the modules it was asked to preload), so what a worker
-finds in :data:`sys.modules` is what its script would have imported itself.
+rallypoint's packages (only the standard library, the modules it was asked to preload, and
+:mod:`rallypoint.agent.worker_main` loaded from its file), so what a worker finds in
+:data:`sys.modules` is what its script would have imported itself. A forked worker runs its
+script, and ends, through :mod:`rallypoint.agent.worker_main`, as a worker the agent starts itself does.
 
 Protocol (one JSON object per frame: a 4-byte big-endian length, then the bytes; descriptors
 travel with a frame's header as ``SCM_RIGHTS``):
@@ -41,6 +43,7 @@ import contextlib
 import ctypes
 import ctypes.util
 import importlib
+import importlib.util
 import json
 import os
 import selectors
@@ -50,14 +53,12 @@ import struct
 import sys
 import threading
 import time
-import traceback
-from typing import Any, NoReturn
+from types import ModuleType
+from typing import Any
 
 _HEADER = struct.Struct(">I")
 _MAX_FDS = 4
 _PR_SET_PDEATHSIG = 1
-#: Python's status when it cannot open the script (``python missing.py``).
-_EXIT_NO_SCRIPT = 2
 #: Status of a child that could not be set up (the agent gets the errno as a start failure).
 _EXIT_SETUP = 127
 
@@ -172,18 +173,27 @@ def _load_prctl() -> Any:
 
 
 _prctl = _load_prctl()
+_worker_main: ModuleType | None = None
 
 
-def parse_argv(argv: list[str]) -> tuple[str, str, list[str]]:
-    """``[python, -u, script, args...]`` or ``[python, -u, -m, module, args...]`` as (kind, target, args)."""
-    rest = list(argv[1:])
-    while rest and rest[0] == "-u":
-        rest.pop(0)
-    if len(rest) >= 2 and rest[0] == "-m":
-        return "module", rest[1], rest[2:]
-    if rest and not rest[0].startswith("-"):
-        return "script", rest[0], rest[1:]
-    raise ValueError(f"not a Python script or module command line: {argv}")
+def worker_main() -> ModuleType:
+    """:mod:`rallypoint.agent.worker_main`, which runs a forked worker's script and ends the worker.
+
+    Loaded from its file under a name of its own (this process imports nothing of rallypoint's
+    packages), and registered in :data:`sys.modules` so that :func:`module_files` watches its file:
+    a kept warm process whose worker code changed on disk is stale like any other.
+    """
+    global _worker_main
+    if _worker_main is None:
+        path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "worker_main.py")
+        spec = importlib.util.spec_from_file_location("_rallypoint_worker_main", path)
+        if spec is None or spec.loader is None:  # pragma: no cover - a .py file always has a loader
+            raise ImportError(f"cannot load {path}")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module
+        spec.loader.exec_module(module)
+        _worker_main = module
+    return _worker_main
 
 
 def _setup_child(request: dict[str, Any], out_fd: int, err_fd: int, closing: list[int], parent: int) -> None:
@@ -214,75 +224,6 @@ def _reseed() -> None:
     if np_random is not None:
         with contextlib.suppress(Exception):  # a numpy without the legacy global state
             np_random.seed()
-
-
-def _visible_traceback(exc: BaseException) -> Any:
-    """The traceback without the frames of this file and of runpy, as ``python script.py`` shows it."""
-    import runpy
-
-    hidden = {os.path.abspath(__file__), runpy.run_path.__code__.co_filename, os.path.abspath(runpy.__file__ or "")}
-    tb = exc.__traceback__
-    while tb is not None and {tb.tb_frame.f_code.co_filename, os.path.abspath(tb.tb_frame.f_code.co_filename)} & hidden:
-        tb = tb.tb_next
-    return tb
-
-
-def _exit_status(code: object) -> int:
-    if code is None:
-        return 0
-    if isinstance(code, int):
-        return code & 0xFF
-    with contextlib.suppress(Exception):
-        print(code, file=sys.stderr)
-    return 1
-
-
-def run_main(kind: str, target: str, args: list[str]) -> NoReturn:
-    """Run the script or module as ``__main__``, then end like the interpreter would."""
-    import atexit
-    import runpy
-
-    status = 0
-    interrupted = False
-    sys.argv = [target, *args]
-    _reseed()
-    try:
-        if kind == "module":
-            sys.path.insert(0, os.getcwd())
-            runpy.run_module(target, run_name="__main__", alter_sys=True)
-        else:
-            path = os.path.abspath(target)
-            if not os.path.isfile(path):
-                err = FileNotFoundError(2, "No such file or directory")
-                print(f"{sys.executable}: can't open file {path!r}: [Errno 2] {err.strerror}", file=sys.stderr)
-                status = _EXIT_NO_SCRIPT
-            else:
-                sys.path.insert(0, os.path.dirname(os.path.realpath(path)))
-                runpy.run_path(target, run_name="__main__")
-    except SystemExit as exc:
-        status = _exit_status(exc.code)
-    except BaseException as exc:  # noqa: BLE001 - reported the way the interpreter reports it
-        interrupted = isinstance(exc, KeyboardInterrupt)
-        tb = _visible_traceback(exc)
-        sys.excepthook(type(exc), exc.with_traceback(tb), tb)
-        status = 1
-    _finish(status, interrupted, atexit)
-
-
-def _finish(status: int, interrupted: bool, atexit: Any) -> NoReturn:
-    try:
-        getattr(threading, "_shutdown", lambda: None)()  # join non-daemon threads, as at interpreter exit
-        atexit._run_exitfuncs()
-    except BaseException:  # noqa: BLE001
-        traceback.print_exc()
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(Exception):
-            stream.flush()
-    if interrupted:  # an uncaught KeyboardInterrupt ends the interpreter by SIGINT
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
-        os.kill(os.getpid(), signal.SIGINT)
-        status = 128 + int(signal.SIGINT)
-    os._exit(status)
 
 
 # -- the server loop -------------------------------------------------------------------------------
@@ -501,7 +442,7 @@ class Server:
         pid = os.fork()
         if pid == 0:  # the worker
             try:
-                kind, target, args = parse_argv(list(request["argv"]))
+                kind, target, args = worker_main().parse_argv(request["argv"])
                 _setup_child(request, out_fd, err_fd, [fd for fd in closing if fd >= 0], parent)
             except OSError as exc:
                 os.write(write_end, json.dumps([exc.errno, exc.strerror or str(exc)]).encode())
@@ -510,7 +451,8 @@ class Server:
                 os.write(write_end, json.dumps([0, f"{type(exc).__name__}: {exc}"]).encode())
                 os._exit(_EXIT_SETUP)
             os.close(write_end)  # set up: the server stops waiting
-            run_main(kind, target, args)
+            _reseed()
+            worker_main().run_main(kind, target, args)
         os.close(write_end)
         os.close(out_fd)
         os.close(err_fd)
@@ -566,6 +508,7 @@ def main(argv: list[str]) -> int:
         del sys.path[0]  # a worker's sys.path[0] is its script's directory, set at fork
     control_fd = int(argv[1])
     keep, listen, modules = _options(list(argv[2:]))
+    worker_main()  # before the first look at the module files
     sock = socket.socket(fileno=control_fd)
     started = time.monotonic()
     problem = preload(modules, control_fd)

@@ -29,7 +29,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any, TextIO
 
-from rallypoint.agent import console
+from rallypoint.agent import console, worker_main
 from rallypoint.agent.spawner import spawner
 from rallypoint.agent.warm import _server
 from rallypoint.agent.warm import keep as kept
@@ -58,7 +58,7 @@ class WarmRefusedError(RallypointError):
 def preload_problem(argv: Sequence[str]) -> str | None:
     """Why workers with command line ``argv`` cannot be forked from a warm process, or ``None``."""
     try:
-        _server.parse_argv(list(argv))
+        worker_main.parse_argv(argv)
     except ValueError:
         return f"preloading needs a Python script or module to run, but the workers run {argv[0]!r} as a program"
     return None

@@ -24,6 +24,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from rallypoint.agent import worker_main
 from rallypoint.agent.warm import _server
 from rallypoint.core.errors import RallypointError
 
@@ -37,8 +38,9 @@ __all__ = [
     "stop_kept",
 ]
 
-#: Bumped when the protocol between an agent and a kept warm process changes.
-PROTOCOL = 2
+#: Bumped when the protocol between an agent and a kept warm process changes (3: a worker's command
+#: line names rallypoint.agent.worker_main before its script).
+PROTOCOL = 3
 #: Variables a shell changes between commands, that no library reads at import: not in the key.
 VOLATILE_ENV = frozenset({"PWD", "OLDPWD", "SHLVL", "_"})
 #: Seconds to wait for a kept warm process to answer ``hello``, ``info`` or ``stop``.
@@ -113,16 +115,17 @@ def reuse_key(python: str, modules: Sequence[str], env: Mapping[str, str]) -> st
     """The hash that names a kept warm process: equal keys, interchangeable processes.
 
     It covers the interpreter (its real path), the modules in order, the warm process's own
-    program (its path, size and modification time) and protocol, the environment the modules
+    programs (``_server.py`` and :mod:`rallypoint.agent.worker_main`: path, size and modification
+    time) and protocol, the environment the modules
     are imported with (libraries read variables as they load; a few a shell changes between
     commands are left out), and what a worker inherits from it (user and groups, resource limits,
     control group, umask, CPU affinity, nice value).
     """
-    program = os.stat(_server.__file__)
+    programs = [os.path.realpath(path) for path in (_server.__file__, worker_main.PATH)]
     material = {
         "python": os.path.realpath(python),
         "modules": list(modules),
-        "program": [os.path.realpath(_server.__file__), program.st_size, program.st_mtime_ns, PROTOCOL],
+        "program": [[path, os.stat(path).st_size, os.stat(path).st_mtime_ns] for path in programs] + [PROTOCOL],
         "env": sorted((k, v) for k, v in env.items() if k not in VOLATILE_ENV),
         **_inherited(),
     }
