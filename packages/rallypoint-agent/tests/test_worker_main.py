@@ -167,3 +167,27 @@ def test_parse_argv_reads_both_command_lines() -> None:
     assert worker_main.parse_argv([PY, "-u", "-m", "pkg.t", "y"]) == ("module", "pkg.t", ["y"])
     with pytest.raises(ValueError, match="not a Python script"):
         worker_main.parse_argv(["/bin/true", "-c", "x"])
+
+
+def test_the_end_reads_no_objects_class_so_nothing_warns(tmp_path: Path) -> None:
+    """Objects whose ``__class__`` warns when read stay quiet at the end.
+
+    The scan for open files used ``isinstance``, which reads ``__class__``: every worker that
+    imported ``torch.distributed`` printed torch's ``reduce_op`` deprecation warning as it ended.
+    """
+    (tmp_path / "loud.py").write_text(
+        textwrap.dedent(
+            """
+            import warnings
+            class Loud:
+                @property
+                def __class__(self):
+                    warnings.warn("__class__ was read", FutureWarning, stacklevel=2)
+                    return Loud
+            keep = Loud()
+            """
+        )
+    )
+    proc = run(worker_main.command(PY, str(tmp_path / "loud.py")), tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "__class__ was read" not in proc.stderr, proc.stderr

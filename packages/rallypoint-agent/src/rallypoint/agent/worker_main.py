@@ -189,9 +189,10 @@ def _flush_open_files() -> None:
     import gc
     import io
 
-    found = [
-        obj for obj in gc.get_objects() if isinstance(obj, (io.TextIOWrapper, io.BufferedWriter, io.BufferedRandom))
-    ]
+    kinds = (io.TextIOWrapper, io.BufferedWriter, io.BufferedRandom)
+    # type(), not isinstance(): isinstance reads an object's __class__, and some objects warn when
+    # it is read (torch.distributed.reduce_op's deprecation FutureWarning, in every worker at exit)
+    found = [obj for obj in gc.get_objects() if issubclass(type(obj), kinds)]
     found.sort(key=lambda obj: not isinstance(obj, io.TextIOWrapper))  # text first: it writes into its buffer
     for obj in found:
         with contextlib.suppress(Exception):
