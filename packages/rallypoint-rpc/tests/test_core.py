@@ -148,3 +148,33 @@ def test_a_barrier_waits_for_the_last_rank_and_names_the_missing_at_its_timeout(
     groups[0].barrier("stopping", 5)  # returns once rank 2 arrives
     late.join()
     assert store.inner.add("rpc/stopping/arrived", 0) == 3
+
+
+def test_a_rank_that_arrived_and_left_while_it_was_looked_at_is_not_taken_for_dead(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Between "who has not arrived" and "is it alive", the last rank may arrive, pass and exit.
+
+    Seen once workers exit at once after ``shutdown()`` (no interpreter finalization): the
+    others' look found rank 2 missing, rank 2 arrived, passed the barrier and was gone before
+    the ping, and shutdown failed with "it is gone before reaching the stopping barrier".
+    """
+    from rallypoint.rpc import group as group_module
+    from rallypoint.rpc.group import StoreGroup
+
+    monkeypatch.setattr(group_module, "_LOOK_EVERY", 0.0)  # look at the missing ranks at once
+    store = _CountingStore()
+    groups = [StoreGroup(store, r, 3, owns_server=False, host="127.0.0.1") for r in range(3)]
+    for g in groups:
+        g.prefix = "rpc/"
+    store.inner.set("rpc/stopping/1", "1")
+    store.inner.add("rpc/stopping/arrived", 1)
+
+    def gone_after_arriving(rank: int) -> str | None:
+        assert rank == 2
+        store.inner.set("rpc/stopping/2", "1")  # it arrives, passes the barrier...
+        store.inner.add("rpc/stopping/arrived", 1)
+        return "worker2 (rank 2, 127.0.0.1:1)"  # ...and its process is gone when pinged
+
+    groups[0].barrier("stopping", 5, gone_after_arriving)  # returns: every rank arrived
+    assert store.inner.add("rpc/stopping/arrived", 0) == 3

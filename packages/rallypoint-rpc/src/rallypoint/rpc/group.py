@@ -151,7 +151,8 @@ class StoreGroup:
             if now >= next_look:
                 for rank in self._missing(keys):
                     who = dead(rank) if dead is not None else None
-                    if who is not None:
+                    # it may have arrived, passed and exited between the look and the ping
+                    if who is not None and rank in self._missing(keys):
                         raise WorkerUnavailable(who, f"it is gone before reaching the {name} barrier of shutdown")
                 next_look = time.monotonic() + _LOOK_EVERY
             time.sleep(pause if deadline is None else max(0.0, min(pause, deadline - now)))
