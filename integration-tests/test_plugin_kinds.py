@@ -16,6 +16,7 @@ import pytest
 
 from rallypoint.core.authoring.kinds import installed_kinds
 from rallypoint.core.cli import main
+from rallypoint.core.plugins import get_plugin_manager
 
 DECLARED_BY = {
     "cli-command": "rallypoint.agent",
@@ -32,7 +33,7 @@ PLACEHOLDER = re.compile(
 
 
 def test_each_kind_comes_from_the_package_that_accepts_it() -> None:
-    kinds = installed_kinds()
+    kinds = installed_kinds(get_plugin_manager())
     assert {k.name: k.package for k in kinds} == DECLARED_BY
     for kind in kinds:
         assert kind.directory == f"plugin_templates/{kind.name}"
@@ -69,7 +70,7 @@ def test_plugin_new_writes_a_complete_distribution(
 
 def test_the_kit_is_used_where_one_exists(tmp_path: Path) -> None:
     kits = 0
-    for kind in installed_kinds():
+    for kind in installed_kinds(get_plugin_manager()):
         assert main(["plugin", "new", kind.name, "k", "--dir", str(tmp_path / kind.name)]) == 0
         tests = (tmp_path / kind.name / "rallypoint-k" / "tests" / "test_rallypoint_k_plugin.py").read_text()
         if kind.conformance_kit:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from rallypoint.agent import console
+from rallypoint.agent import console, death_signal
 from rallypoint.agent import workers as workers_mod
 from rallypoint.agent.logs import WorkerLogs
 from rallypoint.agent.workers import (
@@ -338,7 +338,7 @@ def test_workers_survive_the_thread_that_started_them(tmp_path):
 def test_child_that_missed_its_parent_death_kills_itself():
     # The race: the agent dies between fork and prctl. Simulate it by telling the hook to expect
     # a parent that is not ours; the child must kill itself before exec.
-    hook = workers_mod._make_preexec(parent_pid=os.getpid() + 1_000_000)
+    hook = death_signal.make_preexec(parent_pid=os.getpid() + 1_000_000)
     proc = subprocess.Popen([PY, "-c", "import time; time.sleep(30)"], preexec_fn=hook, start_new_session=True)
     try:
         assert proc.wait(timeout=10) == -signal.SIGKILL

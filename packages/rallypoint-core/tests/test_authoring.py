@@ -20,6 +20,7 @@ from rallypoint.core.authoring.check import _check_options_model
 from rallypoint.core.authoring.generate import TemplateError, generate_plugin
 from rallypoint.core.authoring.kinds import TemplateKind, installed_kinds
 from rallypoint.core.cli import main
+from rallypoint.core.plugins import get_plugin_manager
 
 PLACEHOLDER = re.compile(
     r"__(NAME|DIST|MODULE|CLASS|ENVVAR|KIND|SUMMARY|HOOK|IMPL|DEPENDENCIES|TESTING|EXPECTED|KIT_NOTE|SELECTS_NOTE)__"
@@ -27,7 +28,7 @@ PLACEHOLDER = re.compile(
 
 
 def test_the_kinds_are_those_the_installed_packages_declare() -> None:
-    (kind,) = installed_kinds()
+    (kind,) = installed_kinds(get_plugin_manager())
     assert kind.name == "widget-backend"
     assert kind.package == "acme_widget_templates"
 
@@ -254,7 +255,7 @@ def test_each_command_line_sees_the_kinds_installed_then(
     from rallypoint.core.authoring import kinds as kinds_module
 
     assert main(["plugin", "new", "widget-backend", "one", "--dir", str(tmp_path)]) == 0
-    (widget,) = installed_kinds()
+    (widget,) = installed_kinds(get_plugin_manager())
     renamed = TemplateKind(**{**widget.__dict__, "name": "gizmo-backend"})
     for module in (kinds_module, generate_module):
         monkeypatch.setattr(module, "installed_kinds", lambda pm=None: (renamed,))

@@ -388,7 +388,7 @@ def test_hook_returning_none_registers_nothing() -> None:
 
 def test_load_object_imports_module_attributes() -> None:
     assert load_object("rallypoint.core.records:normalize_name") is normalize_name
-    assert load_object("rallypoint.core.registry:Registry.collect") == Registry.collect
+    assert load_object("rallypoint.core.registry:Registry.get") is Registry.get
 
 
 @pytest.mark.parametrize(

@@ -17,7 +17,8 @@ import pytest
 
 from rallypoint import timer
 from rallypoint.timer import Event, Recorder, TimelineConfig, TimelineError
-from rallypoint.timer.merge import get_timeline, load_log
+from rallypoint.timer.gather import get_timeline
+from rallypoint.timer.merge import load_log
 from rallypoint.timer.timeline import _reset_for_tests
 
 

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from rallypoint.agent.ranks import WorkerRanks
+from rallypoint.agent.ranks.model import WorkerRanks
 
 __all__ = ["PROTECTED", "ROLE_ENV", "WorkerContext", "scheduler_env", "worker_environment"]
 

@@ -8,7 +8,8 @@ Design:
   compilers), and a Ctrl-C on the agent's terminal is not delivered to workers twice.
 * **No orphans (Linux).** A worker asks the kernel for ``SIGKILL`` when its parent dies
   (``prctl(PR_SET_PDEATHSIG, SIGKILL)``), so an agent killed with ``SIGKILL`` takes its workers
-  with it. The call runs in ``preexec_fn``, between ``fork`` and ``exec``: this costs no extra
+  with it (:mod:`rallypoint.agent.death_signal`). The call runs in ``preexec_fn``, between
+  ``fork`` and ``exec``: this costs no extra
   interpreter start (a re-exec shim would start Python twice per worker). ``preexec_fn`` is unsafe
   when the child needs a lock another thread held at fork time; the function used here takes
   none: it calls a ``prctl`` resolved with :mod:`ctypes` *before* the fork, plus
@@ -53,8 +54,6 @@ Design:
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import ctypes.util
 import functools
 import os
 import queue
@@ -68,6 +67,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rallypoint.agent import console, sentinel
+from rallypoint.agent.death_signal import PDEATHSIG_SUPPORTED, make_preexec
 from rallypoint.agent.logs import WorkerLogs
 from rallypoint.agent.spawner import in_thread, interruptions_held, spawner, wait_through
 from rallypoint.agent.warm import WarmLauncher, WarmProcess
@@ -83,46 +83,9 @@ __all__ = [
     "signal_name",
 ]
 
-_PR_SET_PDEATHSIG = 1
 #: Seconds a worker's start in progress is still waited for after a signal (a fork takes
 #: milliseconds; a warm worker forked later still dies with the agent's warm connection).
 FORK_PATIENCE = 10.0
-
-
-def _load_prctl() -> Callable[..., int] | None:
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        fn = libc.prctl
-    except (OSError, AttributeError):
-        return None
-    fn.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
-    fn.restype = ctypes.c_int
-    return fn
-
-
-_prctl = _load_prctl()
-#: Whether workers get a parent-death signal on this platform (Linux with a loadable libc).
-PDEATHSIG_SUPPORTED = _prctl is not None
-
-
-def _make_preexec(parent_pid: int) -> Callable[[], None]:
-    """Build the child-side hook. Runs between fork and exec: no imports, no locks, no logging."""
-    prctl = _prctl
-    assert prctl is not None
-    kill = os.kill
-    getppid = os.getppid
-    getpid = os.getpid
-    sigkill = int(signal.SIGKILL)
-
-    def preexec() -> None:
-        if prctl(_PR_SET_PDEATHSIG, sigkill, 0, 0, 0) != 0:
-            return  # cannot happen for a valid signal; carry on without the safety net
-        if getppid() != parent_pid:  # the agent died before prctl: the signal will never come
-            kill(getpid(), sigkill)
-
-    return preexec
 
 
 def signal_name(returncode: int) -> str | None:
@@ -375,7 +338,7 @@ class WorkerGroup:
 
     def _spawn(self, spec: WorkerSpec) -> _Worker:
         pipe = subprocess.PIPE if self.logs is not None else None
-        preexec = _make_preexec(os.getpid()) if self.pdeathsig else None
+        preexec = make_preexec(os.getpid()) if self.pdeathsig else None
         started_at = time.time()
         popen = subprocess.Popen(
             list(spec.argv),

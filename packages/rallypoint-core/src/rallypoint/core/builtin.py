@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rallypoint.core.plugins import hookimpl
+from rallypoint.core.markers import hookimpl
 from rallypoint.core.records import CliCommand
 from rallypoint.core.registry import PluginKind
 

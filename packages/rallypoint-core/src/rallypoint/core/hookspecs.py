@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from rallypoint.core.plugins import hookspec
+from rallypoint.core.markers import hookspec
 
 if TYPE_CHECKING:
     import pluggy

@@ -40,11 +40,12 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 import pluggy
 
 from rallypoint.core.errors import PluginConflictError, PluginError, PluginLoadError
+from rallypoint.core.markers import PROJECT_NAME, hookimpl, hookspec
+from rallypoint.core.registry import Entry, PluginInfo, PluginKind, Registry
 
 if TYPE_CHECKING:
     from rallypoint.core.config.sections import ConfigSection, JobSchema
     from rallypoint.core.records import PluginRecord
-    from rallypoint.core.registry import PluginKind, Registry
 
     R = TypeVar("R", bound=PluginRecord)
 
@@ -67,7 +68,6 @@ __all__ = [
     "hookspec",
 ]
 
-PROJECT_NAME = "rallypoint"
 #: Entry points of plugins, loaded unless autoload is disabled.
 ENTRY_POINT_GROUP = "rallypoint"
 #: Entry points of essential packages, loaded even when autoload is disabled.
@@ -75,42 +75,12 @@ ESSENTIAL_GROUP = "rallypoint.essential"
 #: The name of core's own plugin (the ``plugins`` and ``config`` commands).
 CORE_PLUGIN = "core"
 
-#: Marker for hook specifications: ``@hookspec`` on an empty function whose signature is the contract.
-hookspec = pluggy.HookspecMarker(PROJECT_NAME)
-#: Marker for hook implementations: ``@hookimpl`` on a function named after the hook.
-hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
-
 DISABLE_AUTOLOAD_ENV = "RALLYPOINT_DISABLE_PLUGIN_AUTOLOAD"
 DISABLE_PLUGINS_ENV = "RALLYPOINT_DISABLE_PLUGINS"
 
 
 class PluginLoadWarning(UserWarning):
     """A plugin failed to load; everything that does not need it keeps working."""
-
-
-@dataclass(frozen=True)
-class PluginInfo:
-    """Where a registered plugin comes from.
-
-    Attributes:
-        name: the plugin's name in the manager (its entry-point name).
-        distribution: the distribution that installed it, e.g. ``"acme-widgets"``;
-            ``None`` for a plugin registered directly from code.
-        version: that distribution's version, if known.
-        essential: whether it is core's own plugin or comes from the ``rallypoint.essential``
-            entry-point group (loaded even with autoload off).
-    """
-
-    name: str
-    distribution: str | None
-    version: str | None
-    essential: bool = False
-
-    def describe(self) -> str:
-        """``"name (distribution version)"``, the way error messages name a plugin."""
-        if self.distribution:
-            return f"{self.name} ({self.distribution} {self.version or '?'})".replace(" ?)", ")")
-        return self.name
 
 
 @dataclass(frozen=True)
@@ -196,7 +166,6 @@ class RallypointPluginManager(pluggy.PluginManager):
         :class:`~rallypoint.core.registry.PluginKind` objects, or declares a hook or config key
         another plugin declared first, is a load failure (a warning) and declares nothing.
         """
-        from rallypoint.core.registry import PluginKind
 
         def keys(kind: PluginKind[Any]) -> list[tuple[str, str]]:
             return [("plugin kind", kind.hook)] + ([("config key", kind.config_key)] if kind.config_key else [])
@@ -255,12 +224,41 @@ class RallypointPluginManager(pluggy.PluginManager):
             PluginError: ``kind`` is a hook name that no registered package declares.
             PluginConflictError: two plugins registered the same name of this kind.
         """
-        from rallypoint.core.registry import Registry
-
         if isinstance(kind, str):
             kind = self.kind(kind)
         found = kind
-        return self._cached(("registry", kind), lambda: Registry.collect(self, found))
+        return self._cached(("registry", kind), lambda: self._collect(found))
+
+    def _collect(self, kind: PluginKind[R]) -> Registry[R]:
+        """Call every implementation of ``kind.hook`` and build its registry.
+
+        A plugin whose hook raises, or returns something that is not a ``kind.record_class``, is
+        reported as a load failure (a warning) and contributes nothing.
+
+        Raises:
+            PluginConflictError: two plugins registered the same name or alias.
+        """
+        broken = tuple(f.info.name for f in self.load_failures)
+        caller = getattr(self.hook, kind.hook, None)
+        if caller is None or not caller.has_spec():
+            return Registry(kind, [], declared=False, broken=broken)
+        entries: list[Entry[R]] = []
+        expected = kind.record_class
+        # get_hookimpls() lists implementations in registration order (pluggy *calls* them in
+        # reverse); keep that order so that "first" and "second" in conflicts mean what they say.
+        for impl in caller.get_hookimpls():
+            info = self.info_for(impl.plugin)
+            try:
+                result = impl.function()
+                records = list(result or ())
+                for record in records:
+                    if not isinstance(record, expected):
+                        raise PluginError(f"{kind.hook} returned {record!r}; expected {expected.__name__} records")
+            except Exception as exc:  # noqa: BLE001 - one broken plugin must not hide the others
+                self._fail(info, PluginLoadError(info.name, info.describe(), exc))
+                continue
+            entries.extend(Entry(record, info) for record in records)
+        return Registry(kind, entries, broken=tuple(f.info.name for f in self.load_failures))
 
     def _declarations(self, hook: str, expected: type[T], keys: Callable[[T], list[tuple[str, str]]]) -> list[T]:
         caller = getattr(self.hook, hook, None)

@@ -5,8 +5,9 @@ refer to what it registers, the record class its implementations return and, for
 the job file, the config key that selects one. Kinds are declared by the packages that own them,
 through the ``rallypoint_plugin_kinds`` hook; core knows none of them in advance.
 
-:meth:`Registry.collect` calls every implementation of a kind's hook, flattens the records,
-normalises names and aliases, and refuses duplicates, naming both providing distributions.
+:class:`Registry` holds one kind's records by normalised name (aliases included) and refuses
+duplicates, naming both providing distributions; the plugin manager builds it from every
+implementation of the kind's hook (:meth:`rallypoint.core.plugins.RallypointPluginManager.registry`).
 """
 
 from __future__ import annotations
@@ -14,16 +15,14 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Generic, TypeVar
+from typing import Generic, TypeVar
 
-from rallypoint.core.errors import PluginConflictError, PluginError, PluginLoadError, UnknownPluginError
+from rallypoint.core.errors import PluginConflictError, PluginError, UnknownPluginError
 from rallypoint.core.records import BackendRecord, PluginRecord, normalize_name
-
-if TYPE_CHECKING:
-    from rallypoint.core.plugins import PluginInfo, RallypointPluginManager
 
 __all__ = [
     "Entry",
+    "PluginInfo",
     "PluginKind",
     "Registry",
     "SpecialValue",
@@ -117,6 +116,31 @@ class PluginKind(Generic[R]):
 
 
 @dataclass(frozen=True)
+class PluginInfo:
+    """Where a registered plugin comes from.
+
+    Attributes:
+        name: the plugin's name in the manager (its entry-point name).
+        distribution: the distribution that installed it, e.g. ``"acme-widgets"``;
+            ``None`` for a plugin registered directly from code.
+        version: that distribution's version, if known.
+        essential: whether it is core's own plugin or comes from the ``rallypoint.essential``
+            entry-point group (loaded even with autoload off).
+    """
+
+    name: str
+    distribution: str | None
+    version: str | None
+    essential: bool = False
+
+    def describe(self) -> str:
+        """``"name (distribution version)"``, the way error messages name a plugin."""
+        if self.distribution:
+            return f"{self.name} ({self.distribution} {self.version or '?'})".replace(" ?)", ")")
+        return self.name
+
+
+@dataclass(frozen=True)
 class Entry(Generic[R]):
     """A record and the plugin that registered it."""
 
@@ -127,7 +151,7 @@ class Entry(Generic[R]):
 class Registry(Generic[R]):
     """The records of one kind, by normalised name.
 
-    Build one with :meth:`Registry.collect` (or ``pm.registry(kind)``, which caches it).
+    Built by the plugin manager, ``pm.registry(kind)`` (collected once, cached).
     """
 
     def __init__(
@@ -144,38 +168,6 @@ class Registry(Generic[R]):
                     first = self._by_name[name].provider.describe()
                     raise PluginConflictError(kind.label, name, first, entry.provider.describe())
                 self._by_name[name] = entry
-
-    @classmethod
-    def collect(cls, pm: RallypointPluginManager, kind: PluginKind[R]) -> Registry[R]:
-        """Call every implementation of ``kind.hook`` and build the registry.
-
-        A plugin whose hook raises, or returns something that is not a ``kind.record_class``, is
-        reported as a load failure (a warning) and contributes nothing.
-
-        Raises:
-            PluginConflictError: two plugins registered the same name or alias.
-        """
-        broken = tuple(f.info.name for f in pm.load_failures)
-        caller = getattr(pm.hook, kind.hook, None)
-        if caller is None or not caller.has_spec():
-            return cls(kind, [], declared=False, broken=broken)
-        entries: list[Entry[R]] = []
-        expected = kind.record_class
-        # get_hookimpls() lists implementations in registration order (pluggy *calls* them in
-        # reverse); keep that order so that "first" and "second" in conflicts mean what they say.
-        for impl in caller.get_hookimpls():
-            info = pm.info_for(impl.plugin)
-            try:
-                result = impl.function()
-                records = list(result or ())
-                for record in records:
-                    if not isinstance(record, expected):
-                        raise PluginError(f"{kind.hook} returned {record!r}; expected {expected.__name__} records")
-            except Exception as exc:  # noqa: BLE001 - one broken plugin must not hide the others
-                pm._fail(info, PluginLoadError(info.name, info.describe(), exc))
-                continue
-            entries.extend(Entry(record, info) for record in records)
-        return cls(kind, entries, broken=tuple(f.info.name for f in pm.load_failures))
 
     def get(self, name: str, *, where: str | None = None) -> R:
         """The record registered as ``name`` (or one of its aliases).

@@ -10,12 +10,42 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from rallypoint.rendezvous.config import RendezvousSection
+__all__ = ["RendezvousTimeouts", "TimeoutSettings"]
 
-__all__ = ["RendezvousTimeouts"]
+
+class TimeoutSettings(Protocol):
+    """What :meth:`RendezvousTimeouts.from_section` reads: the ``[rendezvous]`` section's timeouts in seconds.
+
+    :class:`rallypoint.rendezvous.config.RendezvousSection` has this shape; so may any object
+    that carries validated timeouts (this module does not depend on the job file's model).
+    """
+
+    @property
+    def join_timeout(self) -> float:
+        """Seconds a node waits for a round to form."""
+        ...
+
+    @property
+    def last_call_timeout(self) -> float:
+        """Seconds a round stays open for more nodes once it has its minimum."""
+        ...
+
+    @property
+    def close_timeout(self) -> float:
+        """Seconds closing the rendezvous at the end of the job may take."""
+        ...
+
+    @property
+    def heartbeat_interval(self) -> float:
+        """Seconds between two heartbeats of a node."""
+        ...
+
+    @property
+    def heartbeat_timeout(self) -> float:
+        """Seconds without a heartbeat after which a node is taken for dead."""
+        ...
 
 
 #: ``--rdzv-conf`` / options key of each field (the job file's names), for :meth:`RendezvousTimeouts.from_options`.
@@ -67,7 +97,7 @@ class RendezvousTimeouts:
             )
 
     @classmethod
-    def from_section(cls, section: RendezvousSection) -> RendezvousTimeouts:
+    def from_section(cls, section: TimeoutSettings) -> RendezvousTimeouts:
         """The timeouts of a validated ``[rendezvous]`` section (its values are already seconds)."""
         return cls(
             join=section.join_timeout,

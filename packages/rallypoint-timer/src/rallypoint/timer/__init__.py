@@ -41,20 +41,19 @@ from rallypoint.timer.timeline import (
     on_event_start,
     start_event,
 )
-from rallypoint.timer.watchdog import (
+from rallypoint.timer.watchdog import configure, expires, get_client
+from rallypoint.timer.watchdog_core import (
     Expiry,
     TimerClient,
     WatchdogError,
     WatchdogServer,
     WatchdogUnavailableError,
-    configure,
-    expires,
-    get_client,
 )
 
 if TYPE_CHECKING:
     from rallypoint.timer.clock import ClockEstimate, sync_clocks
-    from rallypoint.timer.merge import Timeline, get_timeline
+    from rallypoint.timer.gather import get_timeline
+    from rallypoint.timer.merge import Timeline
 
 __all__ = [
     "TimerBackendRecord",
@@ -90,7 +89,7 @@ _LAZY = {
     "ClockEstimate": "rallypoint.timer.clock",
     "sync_clocks": "rallypoint.timer.clock",
     "Timeline": "rallypoint.timer.merge",
-    "get_timeline": "rallypoint.timer.merge",
+    "get_timeline": "rallypoint.timer.gather",
 }
 
 

@@ -36,7 +36,7 @@ from multiprocessing.connection import Client, Connection, Listener
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
-from rallypoint.timer.watchdog import (
+from rallypoint.timer.watchdog_core import (
     ENV_BACKEND,
     ENV_RANK,
     MAX_REQUEST_BYTES,

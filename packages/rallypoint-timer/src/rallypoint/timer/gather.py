@@ -1,4 +1,4 @@
-"""The global timeline of the current attempt, gathered through the job's store.
+"""The global timeline: gathered through the job's store, or read from logs (:func:`get_timeline`).
 
 :func:`gather_timeline` is a collective: every rank of the job calls it (the same number of
 times). Each rank first estimates its clock offset against rank 0
@@ -17,15 +17,16 @@ from __future__ import annotations
 import json
 import os
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rallypoint.timer.clock import _default_store, _next_generation, sync_clocks
-from rallypoint.timer.merge import Timeline, load_records
+from rallypoint.timer.merge import Timeline, load_records, merge_logs
 
 if TYPE_CHECKING:
     from rallypoint.timer.timeline import Recorder
 
-__all__ = ["PREFIX", "gather_timeline", "process_group_ready"]
+__all__ = ["PREFIX", "gather_timeline", "get_timeline", "process_group_ready"]
 
 PREFIX = "rallypoint/timeline/gather"
 
@@ -135,3 +136,26 @@ def _all_arrive(store: Any, base: str, rank: int, world_size: int, timeout: floa
                 "get_timeline(run_dir))"
             )
         time.sleep(0.01)
+
+
+def get_timeline(run_dir: str | Path | None = None) -> Timeline:
+    """The merged global timeline.
+
+    Args:
+        run_dir: a run directory (or log file) to read. Default: in a worker whose process
+            group is up, every rank of every node of this attempt, on rank 0's clock, gathered
+            through the job's store (a collective: every rank calls it; see
+            :func:`gather_timeline`); without a process group, this process's own log
+            directory (or its in-memory events).
+    """
+    if run_dir is not None:
+        return merge_logs([run_dir])
+    if process_group_ready():
+        return gather_timeline()
+    from rallypoint.timer.timeline import get_recorder
+
+    recorder = get_recorder()
+    recorder.flush()
+    if recorder.path is not None:
+        return merge_logs([recorder.path.parent])
+    return Timeline([load_records(recorder.records(), rank=recorder.rank)])

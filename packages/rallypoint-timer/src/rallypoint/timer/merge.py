@@ -24,7 +24,6 @@ __all__ = [
     "Timeline",
     "find_logs",
     "format_report",
-    "get_timeline",
     "load_log",
     "merge_logs",
     "step_report",
@@ -292,31 +291,6 @@ class Timeline:
 def merge_logs(paths: Iterable[str | Path]) -> Timeline:
     """Merge the logs found under ``paths`` (run directories or files)."""
     return Timeline([load_log(p) for p in find_logs(paths)])
-
-
-def get_timeline(run_dir: str | Path | None = None) -> Timeline:
-    """The merged global timeline.
-
-    Args:
-        run_dir: a run directory (or log file) to read. Default: in a worker whose process
-            group is up, every rank of every node of this attempt, on rank 0's clock, gathered
-            through the job's store (a collective: every rank calls it; see
-            :func:`rallypoint.timer.gather.gather_timeline`); without a process group, this
-            process's own log directory (or its in-memory events).
-    """
-    if run_dir is not None:
-        return merge_logs([run_dir])
-    from rallypoint.timer.gather import gather_timeline, process_group_ready
-
-    if process_group_ready():
-        return gather_timeline()
-    from rallypoint.timer.timeline import get_recorder
-
-    recorder = get_recorder()
-    recorder.flush()
-    if recorder.path is not None:
-        return merge_logs([recorder.path.parent])
-    return Timeline([load_records(recorder.records(), rank=recorder.rank)])
 
 
 # ------------------------------------------------------------------------------------------------

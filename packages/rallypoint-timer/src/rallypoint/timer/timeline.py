@@ -43,10 +43,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
-
-if TYPE_CHECKING:
-    from rallypoint.timer.clock import ClockEstimate
+from typing import Any, ParamSpec, Protocol, TypeVar
 
 __all__ = [
     "ENV_CONFIG",
@@ -63,6 +60,15 @@ __all__ = [
     "on_event_start",
     "start_event",
 ]
+
+
+class ClockRecord(Protocol):
+    """A clock-offset estimate as the log takes it (:class:`rallypoint.timer.clock.ClockEstimate`)."""
+
+    def as_dict(self) -> dict[str, Any]:
+        """The fields of the log's ``clock`` line."""
+        ...
+
 
 #: Worker env: the event log of this worker (set by the agent when ``[timer] timeline`` is on).
 ENV_FILE = "RALLYPOINT_TIMELINE_FILE"
@@ -318,7 +324,7 @@ class Recorder:
 
     # -- output ---------------------------------------------------------------------------------
 
-    def record_clock(self, estimate: ClockEstimate) -> None:
+    def record_clock(self, estimate: ClockRecord) -> None:
         """Log a clock-offset estimate against the reference rank."""
         self._buf.append(("clock", estimate, self.clock()))
 

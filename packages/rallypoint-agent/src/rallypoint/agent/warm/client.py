@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import IO, Any, TextIO
 
 from rallypoint.agent import console, worker_main
+from rallypoint.agent.death_signal import PDEATHSIG_SUPPORTED, make_preexec
 from rallypoint.agent.spawner import spawner
 from rallypoint.agent.warm import _server
 from rallypoint.agent.warm import keep as kept
@@ -399,10 +400,9 @@ def _start_server(
     A kept one (``log`` given) writes its error output there and runs in ``/``: it outlives the
     agent, its terminal and its working directory.
     """
-    from rallypoint.agent import workers
 
     def start() -> subprocess.Popen[bytes]:
-        preexec = workers._make_preexec(os.getpid()) if pdeathsig and workers.PDEATHSIG_SUPPORTED else None
+        preexec = make_preexec(os.getpid()) if pdeathsig and PDEATHSIG_SUPPORTED else None
         with open(log, "wb") if log is not None else contextlib.nullcontext() as stderr:
             return subprocess.Popen(
                 argv,

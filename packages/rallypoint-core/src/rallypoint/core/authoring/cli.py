@@ -25,8 +25,9 @@ class _InstalledKinds(click.Choice):  # type: ignore[type-arg]
         names: tuple[str, ...] | None = None if ctx is None else ctx.meta.get(_META_KEY)
         if names is None:
             from rallypoint.core.authoring.kinds import installed_kinds
+            from rallypoint.core.plugins import get_plugin_manager
 
-            names = tuple(k.name for k in installed_kinds())
+            names = tuple(k.name for k in installed_kinds(get_plugin_manager()))
             if ctx is not None:
                 ctx.meta[_META_KEY] = names
         return names

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from rallypoint.core.authoring.kinds import TemplateKind, installed_kinds, kind_named
 from rallypoint.core.errors import EXIT_USAGE, RallypointError
+from rallypoint.core.plugins import get_plugin_manager
 
 __all__ = ["GeneratedPlugin", "TemplateError", "generate_plugin", "plugin_names"]
 
@@ -165,7 +166,7 @@ def generate_plugin(
         TemplateError: an unknown kind, a bad name, or the target exists (without ``force``).
     """
     try:
-        kind = kind_named(kind_name, installed_kinds() if kinds is None else kinds)
+        kind = kind_named(kind_name, installed_kinds(get_plugin_manager()) if kinds is None else kinds)
     except KeyError as exc:
         raise TemplateError(f"KIND: {exc.args[0]}") from None
     values = _substitutions(kind, name)

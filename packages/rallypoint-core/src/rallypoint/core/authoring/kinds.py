@@ -87,20 +87,17 @@ class TemplateKind:
         return self.templates.partition(":")[2]
 
 
-def installed_kinds(pm: Any = None) -> tuple[TemplateKind, ...]:
+def installed_kinds(pm: Any) -> tuple[TemplateKind, ...]:
     """Every kind the installed packages declare (``rallypoint_plugin_templates``), sorted by name.
 
     Args:
-        pm: a plugin manager (default: a freshly loaded one).
+        pm: the plugin manager whose packages are asked
+            (:func:`rallypoint.core.plugins.get_plugin_manager`).
 
     Raises:
         TypeError: a package returned something else than :class:`TemplateKind` records.
         ValueError: two packages declare the same kind name.
     """
-    if pm is None:
-        from rallypoint.core.plugins import get_plugin_manager
-
-        pm = get_plugin_manager()
     found: dict[str, TemplateKind] = {}
     results: Iterable[Iterable[Any]] = pm.hook.rallypoint_plugin_templates()
     for declared in results:
