@@ -10,10 +10,11 @@ from types import SimpleNamespace
 import pytest
 
 from rallypoint.rendezvous.testing import assert_torch_registry_has, run_torchrun_agents
+from rallypoint.rendezvous.torchrun_handlers import backend_record
+from rallypoint.rendezvous.torchrun_handlers import options_from_params as _options_from_params
 from rallypoint_etcd.client import EtcdClient
 from rallypoint_etcd.options import EtcdOptions
 from rallypoint_etcd.testing import EtcdServer
-from rallypoint_etcd.torch_handler import options_from_params
 
 
 def test_importing_the_plugin_loads_neither_etcd_nor_grpc_nor_torch() -> None:
@@ -39,6 +40,13 @@ class Params(SimpleNamespace):
 
     def get(self, key: str, default: object = None) -> object:
         return self.config.get(key, default)
+
+
+def options_from_params(params: Params) -> EtcdOptions:
+    record = backend_record("rallypoint_etcd.hooks:rallypoint_rendezvous_backends", "etcd")
+    opts = _options_from_params("rallypoint-etcd", record, params, endpoint_hint="HOST:PORT (an etcd client endpoint)")
+    assert isinstance(opts, EtcdOptions)
+    return opts
 
 
 def test_rdzv_endpoint_and_conf_become_options() -> None:
