@@ -106,3 +106,16 @@ def test_imports_of_other_distributions_are_declared(dist_dir: Path) -> None:
     imported = _imported_distributions(dist_dir / "src") - {project["name"]}
     missing = sorted(imported - closure)
     assert not missing, f"{project['name']} imports {missing} without declaring them"
+
+
+def test_one_wait_more_answers_every_timeout() -> None:
+    """A rendezvous hook and a collective's handler answer "keep waiting" with the same class (#37)."""
+    from rallypoint import collectives
+    from rallypoint.core.wait_more import WaitMore
+    from rallypoint.rendezvous import errors
+
+    assert collectives.WaitMore is WaitMore
+    assert errors.WaitMore is WaitMore
+    assert WaitMore(2.5).seconds == 2.5
+    with pytest.raises(ValueError, match="finite number of seconds > 0"):
+        WaitMore(float("inf"))

@@ -23,6 +23,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeAlias
 
+from rallypoint.core.wait_more import WaitMore
+
 if TYPE_CHECKING:
     from rallypoint.collectives.errors import CollectiveTimeout
 
@@ -170,21 +172,6 @@ class TimeoutEvent:
 @dataclass(frozen=True)
 class RaiseTimeout:
     """Raise the :class:`~rallypoint.collectives.CollectiveTimeout` (the default)."""
-
-
-@dataclass(frozen=True)
-class WaitMore:
-    """Wait once more, for ``seconds``, before the call expires again.
-
-    Attributes:
-        seconds: how long (> 0, finite).
-    """
-
-    seconds: float
-
-    def __post_init__(self) -> None:
-        if not (isinstance(self.seconds, int | float) and 0 < self.seconds < math.inf):
-            raise ValueError(f"WaitMore(seconds): expected a finite number of seconds > 0, got {self.seconds!r}")
 
 
 @dataclass(frozen=True)

@@ -7,12 +7,12 @@ the timeout, its value, and the nodes that were present and missing.
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
 from rallypoint.core.errors import EXIT_USAGE, RallypointError
+from rallypoint.core.wait_more import WaitMore
 
 __all__ = [
     "MAX_WAIT_MORE",
@@ -188,24 +188,6 @@ class RendezvousTimeoutError(RendezvousError):
 MAX_WAIT_MORE = 3600.0
 #: How many times the hook may extend one wait (one ``next_rendezvous`` call, or one close).
 MAX_WAIT_MORE_TIMES = 10
-
-
-@dataclass(frozen=True)
-class WaitMore:
-    """A ``rallypoint_rendezvous_timed_out`` answer: keep waiting ``seconds`` more.
-
-    The node stays in the round it was joining. Each answer is cut to :data:`MAX_WAIT_MORE`
-    seconds, and one wait is extended at most :data:`MAX_WAIT_MORE_TIMES` times.
-
-    Attributes:
-        seconds: how long (> 0, finite).
-    """
-
-    seconds: float
-
-    def __post_init__(self) -> None:
-        if not (isinstance(self.seconds, int | float) and 0 < self.seconds < math.inf):
-            raise ValueError(f"WaitMore(seconds): expected a finite number of seconds > 0, got {self.seconds!r}")
 
 
 @dataclass(frozen=True)
