@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import warnings
 from pathlib import Path
@@ -13,7 +14,9 @@ import pytest
 from pydantic import BaseModel, ConfigDict
 
 from rallypoint.agent import worker_main
+from rallypoint.agent.env import ROLE_ENV
 from rallypoint.agent.plan import JobPlan, NodeFacts, plan_job, visible_gpus, worker_argv
+from rallypoint.agent.ranks import DefaultStrategy
 from rallypoint.agent.records import RankStrategyRecord
 from rallypoint.collectives.records import CollectiveBackendRecord
 from rallypoint.core.config import ResolvedConfig, load_job_config, resolve_config
@@ -40,9 +43,17 @@ class TunedCollectives:
         return [CollectiveBackendRecord(name="tuned", torch_backend="gloo", options_model=TunedOptions)]
 
 
+class BrokenStrategies:
+    """A test plugin: rank strategies that cannot be loaded."""
+
+    @hookimpl
+    def rallypoint_rank_strategies(self) -> list[RankStrategyRecord]:
+        return [RankStrategyRecord(name="gone", factory="no_such_module_here:Strategy")]
+
+
 @pytest.fixture(scope="module")
 def pm() -> RallypointPluginManager:
-    return get_plugin_manager(plugins={"tuned": TunedCollectives()})
+    return get_plugin_manager(plugins={"tuned": TunedCollectives(), "broken": BrokenStrategies()})
 
 
 @pytest.fixture
@@ -97,8 +108,8 @@ def test_a_single_node_job_from_a_job_file(resolve, train: Path, tmp_path: Path)
     assert settings.argv == ["/usr/bin/python3", "-u", worker_main.PATH, str(train), "--lr", "0.1"]
     assert settings.host == "node-a"
     assert settings.worker_env["RALLYPOINT_CONFIG"] == str(tmp_path / "mnist.toml")
-    assert settings.strategy is not None
-    assert settings.strategy.name == "default"
+    assert isinstance(settings.strategy, DefaultStrategy)  # loaded by the plan, once
+    assert settings.strategy_name == "default"
     assert settings.watchdog is None  # [timer] watchdog = "off"
     assert settings.tee == "all"
     node = plan.node
@@ -222,8 +233,8 @@ def test_strategy_and_watchdog_come_with_their_validated_options(resolve, train:
         '[agent]\nmax_restarts = 7\nmonitor_interval = "250ms"\ntee = [0, 2]\nstore_head_start = "0s"\n'
     )
     settings = plan_job(resolved, facts(tmp_path)).settings
-    assert isinstance(settings.strategy, RankStrategyRecord)
-    assert settings.strategy.name == "topology"
+    assert type(settings.strategy).__name__ == "TopologyStrategy"  # loaded by the plan, once
+    assert settings.strategy_name == "topology"
     assert settings.strategy_options is resolved.selections["ranks.strategy"].options
     assert settings.watchdog is not None
     assert settings.watchdog.name == "file"
@@ -320,3 +331,32 @@ def test_without_collectives_and_timer_packages_their_settings_are_left_out(trai
     assert not [k for k in settings.worker_env if k.startswith("RALLYPOINT_COLLECTIVES_")]
     assert settings.watchdog is None
     assert settings.timeline is False
+
+
+def test_a_strategy_that_cannot_load_is_a_config_error_before_anything_starts(
+    resolve, train: Path, tmp_path: Path
+) -> None:
+    # (a missing requirement is refused earlier, by config resolution)
+    resolved = resolve('[job]\nentrypoint = "train.py"\n[ranks]\nstrategy = "gone"\n')
+    with pytest.raises(ConfigError) as info:
+        plan_job(resolved, facts(tmp_path))
+    (issue,) = info.value.issues
+    assert (issue.source, issue.key) == (str(tmp_path / "job.toml"), "ranks.strategy")
+    assert "no_such_module_here" in issue.message
+
+
+def test_torchrun_settings_are_in_the_plan(resolve, train: Path, tmp_path: Path) -> None:
+    resolved = resolve(
+        '[job]\nentrypoint = "train.py"\n[agent]\nrole = "trainer"\nshutdown_timeout = "7s"\n'
+        'signals_to_handle = "SIGTERM,SIGUSR1"\npreload = ["json"]\npreload_keep = "1m"\n'
+    )
+    plan = plan_job(resolved, facts(tmp_path))
+    settings = plan.settings
+    assert (settings.stop_grace, settings.preload_keep) == (7.0, 60.0)
+    assert settings.signals == (signal.SIGTERM, signal.SIGUSR1)
+    assert settings.worker_env["TORCHELASTIC_SIGNALS_TO_HANDLE"] == "SIGTERM,SIGUSR1"
+    assert settings.worker_env[ROLE_ENV] == "trainer"
+    assert plan.rendezvous.fingerprint["role"] == "trainer"  # a node of another role is another job
+    default = plan_job(resolve('[job]\nentrypoint = "train.py"\n'), facts(tmp_path))
+    assert "role" not in default.rendezvous.fingerprint
+    assert ROLE_ENV not in default.settings.worker_env

@@ -358,12 +358,8 @@ class ElasticAgent:
             )
             for i, p in enumerate(result.participants)
         ]
-        strategy = self.settings.strategy
-        if strategy is None:
-            from rallypoint.agent.ranks import DefaultStrategy
-
-            strategy = DefaultStrategy()
-        return compute_assignment(strategy, nodes, self.settings.strategy_options)
+        settings = self.settings
+        return compute_assignment(settings.strategy, nodes, settings.strategy_options, name=settings.strategy_name)
 
     def _worker_specs(
         self, result: RendezvousResult, assignment: RankAssignment, restarts: int, attempt_dir: Path

@@ -24,9 +24,7 @@ from rallypoint.agent.torchrun_flags import torchrun_options
 from rallypoint.core.errors import ConfigError, ConfigIssue
 
 if TYPE_CHECKING:
-    from rallypoint.agent.config import AgentSection
     from rallypoint.agent.plan import JobPlan
-    from rallypoint.agent.settings import AgentSettings
     from rallypoint.core.config import ResolvedConfig
     from rallypoint.core.plugins import RallypointPluginManager
 
@@ -193,8 +191,11 @@ def _resolve(
 )
 @click.option("--set", "-s", "set_values", multiple=True, metavar="KEY=VALUE", help="Override any job key.")
 @click.option(
-    "--dry-run", is_flag=True, help="Print the resolved job (the source of every value) and the worker command; exit."
+    "--dry-run",
+    is_flag=True,
+    help="Print the resolved job (the source of every value) and the plan this node would run; exit.",
 )
+@click.option("--json", "as_json", is_flag=True, help="With --dry-run: print the job and the plan as JSON.")
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 def run(
     args: tuple[str, ...],
@@ -204,6 +205,7 @@ def run(
     node_id: str | None,
     host_name: str | None,
     dry_run: bool,
+    as_json: bool,
     **flags: Any,
 ) -> int:
     """Run a job: [JOB.toml] [SCRIPT [ARGS...]].
@@ -229,12 +231,13 @@ def run(
     --local-ranks-filter, --duplicate-stdout-filters, --duplicate-stderr-filters,
     --logs-specs, --numa-binding, --virtual-local-rank.
     """
-    from rallypoint.agent.config import AgentSection
     from rallypoint.agent.plan import NodeFacts, plan_job, route_targets
     from rallypoint.agent.torchrun_flags import static_node_env, torchrun_overrides
     from rallypoint.core.cli import plugin_manager
     from rallypoint.core.commands import _parse_set
 
+    if as_json and not dry_run:
+        raise click.UsageError("--json prints the plan of --dry-run: add --dry-run, or drop --json")
     _check_node_names(click.get_current_context(), node_id=node_id, host_name=host_name)
     warm = _warm_overrides(flags.pop("preload"), flags.pop("preload_keep"))
     script = list(args)
@@ -261,33 +264,21 @@ def run(
         facts = replace(facts, environ={**facts.environ, **static_node_env(flags)})
     plan = plan_job(resolved, facts)
     if dry_run:
-        return _dry_run(resolved, plan, facts.address_note)
+        return _dry_run(resolved, plan, facts.address_note, as_json)
     _check_log_dir(plan.settings.log_dir, resolved.loaded.source_of("agent.log_dir"))
-    return _start(plan, resolved.section(AgentSection), pm, facts.address_note)
+    return _start(plan, pm, facts.address_note)
 
 
-def _start(plan: JobPlan, agent: AgentSection, pm: RallypointPluginManager, note: str | None) -> int:
+def _start(plan: JobPlan, pm: RallypointPluginManager, note: str | None) -> int:
     """Join the rendezvous and run this node's agent until the job ends; its exit code."""
     from rallypoint.agent import console
     from rallypoint.agent.agent import ElasticAgent
     from rallypoint.rendezvous.handler import RendezvousHandler
 
-    rdzv = plan.rendezvous
-    if agent.role != "default":  # nodes of one job share a role: one with another is refused as another job
-        rdzv = replace(rdzv, fingerprint={**rdzv.fingerprint, "role": agent.role})
-    handler = RendezvousHandler.from_selection(
-        rdzv.backend,
-        plan.node,
-        run_id=rdzv.run_id,
-        min_nodes=rdzv.min_nodes,
-        max_nodes=rdzv.max_nodes,
-        timeouts=rdzv.timeouts,
-        pm=pm,
-        fingerprint=rdzv.fingerprint,
-    )
+    handler = RendezvousHandler.from_spec(plan.rendezvous, plan.node, pm=pm)
     # from here on, nothing printed in this process may wait for a console that is not read
     console.capture_std_streams()
-    elastic = ElasticAgent(handler, _torchrun_settings(plan.settings, agent), pm=pm)
+    elastic = ElasticAgent(handler, plan.settings, pm=pm)
     if note:
         elastic.say(note)
     return elastic.run().exit_code
@@ -316,36 +307,21 @@ def _check_no_python(flags: dict[str, Any], script: list[str]) -> None:
         )
 
 
-def _torchrun_settings(settings: AgentSettings, agent: AgentSection) -> AgentSettings:
-    """The shutdown timeout, the handled signals and the role, as torchrun has them (workers see them)."""
-    import signal
-
-    from rallypoint.agent.env import ROLE_ENV
-
-    names = agent.signals_to_handle
-    role = {ROLE_ENV: agent.role} if agent.role != "default" else {}
-    return replace(
-        settings,
-        preload_keep=agent.preload_keep,
-        stop_grace=agent.shutdown_timeout,
-        signals=tuple(signal.Signals[name] for name in names.split(",")),
-        worker_env={"TORCHELASTIC_SIGNALS_TO_HANDLE": names, **settings.worker_env, **role},
-    )
-
-
-def _dry_run(resolved: ResolvedConfig, plan: JobPlan, address_note: str | None = None) -> int:
-    """``--dry-run``: the resolved job with the source of every value, this node, and what each worker runs."""
-    import shlex
-
+def _dry_run(resolved: ResolvedConfig, plan: JobPlan, address_note: str | None, as_json: bool) -> int:
+    """``--dry-run``: the resolved job with the source of every value, then the plan this node would run."""
+    from rallypoint.agent.plan_view import plan_data, render_plan
     from rallypoint.core.config import render_resolved
+    from rallypoint.core.config.render import resolved_as_dict, resolved_sources
 
-    node = plan.node
-    click.echo(render_resolved(resolved), nl=False)
-    click.echo(f"\n# run id: {plan.rendezvous.run_id}")
-    click.echo(f"# this node: {node.node_id} at {node.addr}, {node.local_world_size} worker(s)")
-    if address_note:
-        click.echo(f"# {address_note}")
-    click.echo(f"# worker command: {shlex.join(plan.settings.argv)}")
+    data = plan_data(plan, address_note)
+    if as_json:
+        config = resolved_as_dict(resolved)
+        plugins = config.pop("plugins", None)
+        out = {"config": config, "sources": resolved_sources(resolved), "plugins": plugins, "plan": data}
+        click.echo(json.dumps(out, indent=2))
+    else:
+        click.echo(render_resolved(resolved), nl=False)
+        click.echo("\n" + render_plan(data), nl=False)
     return 0
 
 

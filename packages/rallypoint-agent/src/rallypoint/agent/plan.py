@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import signal
 import socket
 import sys
 import uuid
@@ -26,26 +27,28 @@ from pydantic import BaseModel
 
 from rallypoint.agent import worker_main
 from rallypoint.agent.config import MAX_NPROC_PER_NODE, AgentSection, JobSection, NodesSection
+from rallypoint.agent.env import ROLE_ENV
 from rallypoint.agent.logs import parse_tee
 from rallypoint.agent.netif import socket_ifname_env
 from rallypoint.agent.node import node_record
+from rallypoint.agent.ranks import DefaultStrategy, RankStrategy, load_strategy
 from rallypoint.agent.records import RankStrategyRecord
 from rallypoint.agent.settings import AgentSettings
 from rallypoint.agent.warm import preload_problem, warm_environment
-from rallypoint.core.config import ResolvedConfig, Selection
-from rallypoint.core.errors import ConfigError, ConfigIssue
+from rallypoint.core.config import ResolvedConfig
+from rallypoint.core.errors import ConfigError, ConfigIssue, PluginError
 from rallypoint.core.records import BackendRecord
 from rallypoint.rendezvous.config import RendezvousSection
 from rallypoint.rendezvous.factory import backend_record
 from rallypoint.rendezvous.netif import interface_for_address, name_is_loopback, routable_address
 from rallypoint.rendezvous.records import RendezvousBackendRecord
+from rallypoint.rendezvous.spec import RendezvousSpec
 from rallypoint.rendezvous.state import NodeInfo
 from rallypoint.rendezvous.timeouts import RendezvousTimeouts
 
 __all__ = [
     "JobPlan",
     "NodeFacts",
-    "RendezvousPlan",
     "job_fingerprint",
     "plan_job",
     "rendezvous_endpoint",
@@ -168,46 +171,19 @@ class NodeFacts:
 
 
 @dataclass(frozen=True)
-class RendezvousPlan:
-    """How this node joins the rendezvous.
-
-    Attributes:
-        backend: the resolved ``rendezvous.backend`` selection; its ``options`` are the ones this
-            run uses (the memory backend's namespace is per agent process).
-        run_id: the job's run id (from the config, or generated for a single-node job).
-        min_nodes: ``nodes.min``.
-        max_nodes: ``nodes.max`` (``min`` when unset).
-        timeouts: the ``[rendezvous]`` timeouts.
-        fingerprint: what the job runs (see :func:`job_fingerprint`); the rendezvous refuses a
-            node whose fingerprint differs from the one the job's first node published.
-    """
-
-    backend: Selection
-    run_id: str
-    min_nodes: int
-    max_nodes: int
-    timeouts: RendezvousTimeouts
-    fingerprint: Mapping[str, Any] = field(default_factory=dict)
-
-    @property
-    def record(self) -> RendezvousBackendRecord:
-        """The backend's registration record."""
-        return backend_record(self.backend)
-
-
-@dataclass(frozen=True)
 class JobPlan:
     """What :func:`plan_job` decided for one node.
 
     Attributes:
         node: the record this node publishes in the rendezvous.
         settings: everything the elastic agent needs besides its rendezvous handler.
-        rendezvous: how the handler is built.
+        rendezvous: how this node joins the rendezvous (opened with
+            :meth:`~rallypoint.rendezvous.handler.RendezvousHandler.from_spec`).
     """
 
     node: NodeInfo
     settings: AgentSettings
-    rendezvous: RendezvousPlan
+    rendezvous: RendezvousSpec
 
 
 def _issue(source: str | None, key: str, message: str) -> ConfigError:
@@ -277,7 +253,7 @@ def job_fingerprint(job: JobSection, nodes: NodesSection) -> dict[str, Any]:
     }
 
 
-def _rendezvous_plan(resolved: ResolvedConfig, facts: NodeFacts, job_name: str) -> RendezvousPlan:
+def _rendezvous_plan(resolved: ResolvedConfig, facts: NodeFacts, job_name: str) -> RendezvousSpec:
     """Check the backend fits the node range, settle the run id and this run's backend options."""
     nodes = resolved.section(NodesSection)
     section = resolved.section(RendezvousSection)
@@ -311,17 +287,21 @@ def _rendezvous_plan(resolved: ResolvedConfig, facts: NodeFacts, job_name: str) 
         # two single-node jobs on one host (or in one process) must not share a rendezvous
         options = options.model_copy(update={"namespace": f"run-{facts.pid}"})
         selection = dataclasses.replace(selection, options=options)
-    return RendezvousPlan(
+    fingerprint = job_fingerprint(resolved.section(JobSection), nodes)
+    role = resolved.section(AgentSection).role
+    if role != "default":  # nodes of one job share a role: one with another is refused as another job
+        fingerprint["role"] = role
+    return RendezvousSpec(
         backend=selection,
         run_id=run_id,
         min_nodes=nodes.min,
         max_nodes=nodes.max_nodes,
         timeouts=RendezvousTimeouts.from_section(section),
-        fingerprint=job_fingerprint(resolved.section(JobSection), nodes),
+        fingerprint=fingerprint,
     )
 
 
-def rendezvous_endpoint(plan: RendezvousPlan) -> str:
+def rendezvous_endpoint(plan: RendezvousSpec) -> str:
     """The rendezvous backend as messages name it: ``'grpc' backend at 10.0.0.1:29400``.
 
     The value of the option ``--rdzv-endpoint`` sets (the backend record's ``endpoint_option``);
@@ -417,6 +397,37 @@ def _selected(resolved: ResolvedConfig, key: str) -> tuple[BackendRecord | None,
     return selection.record, selection.options
 
 
+def _rank_strategy(resolved: ResolvedConfig) -> tuple[RankStrategy, str, BaseModel | None]:
+    """The job's rank strategy, loaded once (its requirements checked), its name and its validated options.
+
+    Without the ranks kind in the config (no ``[ranks]`` section declared) the strategy is
+    torchrun's (:class:`~rallypoint.agent.ranks.DefaultStrategy`).
+
+    Raises:
+        ConfigError: the strategy cannot be loaded (a requirement missing, a broken factory),
+            named with the key that selected it.
+    """
+    selection = resolved.selection("ranks.strategy")
+    record = selection.record if selection is not None else None
+    if selection is None or not isinstance(record, RankStrategyRecord):
+        return DefaultStrategy(), "default", None
+    try:
+        strategy = load_strategy(record)
+    except PluginError as exc:
+        raise _issue(resolved.loaded.source_of("ranks.strategy"), "ranks.strategy", str(exc)) from None
+    return strategy, record.name, selection.options
+
+
+def _torchrun_worker_env(agent: AgentSection) -> tuple[dict[str, str], dict[str, str]]:
+    """What torchrun tells its workers of the agent: the signals it handles, and its role.
+
+    ``[job] env`` may override the first; the role (when not the default) wins, as the
+    rendezvous checks it.
+    """
+    role = {ROLE_ENV: agent.role} if agent.role != "default" else {}
+    return {"TORCHELASTIC_SIGNALS_TO_HANDLE": agent.signals_to_handle}, role
+
+
 def plan_job(resolved: ResolvedConfig, facts: NodeFacts) -> JobPlan:
     """Plan this node's run of a resolved job. Pure: the same inputs give the same plan.
 
@@ -424,12 +435,14 @@ def plan_job(resolved: ResolvedConfig, facts: NodeFacts) -> JobPlan:
     (``rendezvous.run_id``, else ``<name>-<token>`` for a single-node job), the number of local
     workers (``"auto"``: visible GPUs, else CPUs), the worker command line and environment
     (what each section of the job declares for workers, ``RALLYPOINT_CONFIG``, ``[job] env``), the log
-    directory, this node's rendezvous record and the rendezvous backend's options for this run.
-    ``resolved`` is not modified.
+    directory, this node's rendezvous record and the rendezvous backend's options for this run,
+    the rank strategy (loaded here, once), and the agent's torchrun settings (the signals it
+    handles, the shutdown grace, the role). ``resolved`` is not modified.
 
     Raises:
         ConfigError: nothing to run, a missing script, a single-process backend for a multi-node
-            job, a multi-node job without a run id, or a log directory template that does not fit.
+            job, a multi-node job without a run id, a log directory template that does not fit,
+            or a rank strategy that cannot be loaded.
         NodeLabelsError: the node labels (``RALLYPOINT_NODE_LABELS`` or its file) are invalid.
     """
     job = resolved.section(JobSection)
@@ -449,7 +462,7 @@ def plan_job(resolved: ResolvedConfig, facts: NodeFacts) -> JobPlan:
         node_id=facts.node_id,
         pid=facts.pid,
     )
-    strategy, strategy_options = _selected(resolved, "ranks.strategy")
+    strategy, strategy_name, strategy_options = _rank_strategy(resolved)
     watchdog, watchdog_options = _selected(resolved, "timer.watchdog")
     timer = _timer_section(resolved)
     argv = worker_argv(
@@ -462,7 +475,8 @@ def plan_job(resolved: ResolvedConfig, facts: NodeFacts) -> JobPlan:
     )
     if agent.preload and (problem := preload_problem(argv)):
         raise _issue(resolved.loaded.source_of("agent.preload"), "agent.preload", problem)
-    worker_env = _worker_env(resolved, facts, job)
+    signals_env, role_env = _torchrun_worker_env(agent)
+    worker_env = {**signals_env, **_worker_env(resolved, facts, job), **role_env}
     settings = AgentSettings(
         argv=argv,
         run_id=rendezvous.run_id,
@@ -473,14 +487,18 @@ def plan_job(resolved: ResolvedConfig, facts: NodeFacts) -> JobPlan:
         log_dir=_log_dir(resolved, agent.log_dir, rendezvous.run_id, name),
         tee=parse_tee(agent.tee),
         worker_env=worker_env,
-        strategy=strategy if isinstance(strategy, RankStrategyRecord) else None,
+        strategy=strategy,
+        strategy_name=strategy_name,
         strategy_options=strategy_options,
+        stop_grace=agent.shutdown_timeout,
+        signals=tuple(signal.Signals[name] for name in agent.signals_to_handle.split(",")),
         watchdog=watchdog,
         watchdog_options=watchdog_options,
         timeline=timer is not None and timer.timeline,
         store_head_start=agent.store_head_start,
         preload=tuple(agent.preload),
         preload_env=warm_environment(facts.environ, worker_env, node.local_world_size) if agent.preload else None,
+        preload_keep=agent.preload_keep,
         rendezvous_endpoint=rendezvous_endpoint(rendezvous),
     )
     return JobPlan(node, settings, rendezvous)

@@ -13,8 +13,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from rallypoint.agent.logs import Tee
-from rallypoint.agent.ranks import RankStrategy
-from rallypoint.agent.records import RankStrategyRecord
+from rallypoint.agent.ranks import DefaultStrategy, RankStrategy
 from rallypoint.agent.report import FailureReport
 from rallypoint.agent.spawner import interruption
 from rallypoint.core.records import BackendRecord
@@ -78,7 +77,8 @@ class AgentSettings:
         log_dir: where per-attempt logs, error files and ``failure.json`` go.
         tee: which ranks reach the console.
         worker_env: extra variables for every worker (collectives backend, ``[job] env``...).
-        strategy: the rank strategy's record (or a strategy object); ``None`` for the default.
+        strategy: the rank strategy, loaded (the plan loads the job's once); torchrun's by default.
+        strategy_name: its name in messages.
         strategy_options: the validated ``[ranks.options]`` (the record's options model).
         stop_grace: seconds between SIGTERM and SIGKILL when stopping workers; ``signals``: those it handles.
         cwd: the workers' working directory.
@@ -101,7 +101,9 @@ class AgentSettings:
     log_dir: Path = Path("runs")
     tee: Tee = "all"
     worker_env: Mapping[str, str] = field(default_factory=dict)
-    strategy: RankStrategyRecord | RankStrategy | None = None
+    # compared by name and options: each plan loads its own instance of the same strategy
+    strategy: RankStrategy = field(default_factory=DefaultStrategy, compare=False)
+    strategy_name: str = "default"
     strategy_options: BaseModel | None = None
     stop_grace: float = 30.0
     signals: tuple[int, ...] = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)

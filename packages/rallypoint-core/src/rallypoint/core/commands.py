@@ -190,26 +190,6 @@ def config_check(job_file: str, set_values: tuple[str, ...], as_json: bool) -> i
     return 0
 
 
-def _sources(resolved: Any) -> dict[str, str]:
-    """Every value's key path and where it was set (``default`` when nowhere)."""
-    from rallypoint.core.config.render import resolved_as_dict
-
-    out: dict[str, str] = {}
-
-    def walk(prefix: str, value: Any) -> None:
-        if isinstance(value, dict) and value and (prefix.count(".") < 1 or prefix.endswith(".options")):
-            for key, item in value.items():
-                walk(f"{prefix}.{key}", item)
-        else:
-            out[prefix] = resolved.loaded.source_of(prefix, inherit=False)
-
-    data = resolved_as_dict(resolved)
-    data.pop("plugins", None)
-    for section, values in data.items():
-        walk(section, values)
-    return out
-
-
 @config.command("show")
 @click.argument("job_file", required=False, type=click.Path(dir_okay=False, path_type=str))
 @click.option("--set", "-s", "set_values", multiple=True, metavar="KEY=VALUE", help="Override a key (repeatable).")
@@ -222,14 +202,14 @@ def config_show(job_file: str | None, set_values: tuple[str, ...], as_json: bool
     --dry-run` shows the same for a torchrun-style command line.
     """
     from rallypoint.core.config import load_job_config, render_resolved, resolve_config
-    from rallypoint.core.config.render import resolved_as_dict
+    from rallypoint.core.config.render import resolved_as_dict, resolved_sources
 
     pm = plugin_manager()
     resolved = resolve_config(load_job_config(job_file, pm, overrides=_parse_set(set_values)), pm)
     if as_json:
         data = resolved_as_dict(resolved)
         plugins = data.pop("plugins")
-        click.echo(json.dumps({"config": data, "sources": _sources(resolved), "plugins": plugins}, indent=2))
+        click.echo(json.dumps({"config": data, "sources": resolved_sources(resolved), "plugins": plugins}, indent=2))
     else:
         click.echo(render_resolved(resolved), nl=False)
     return 0

@@ -68,6 +68,7 @@ if TYPE_CHECKING:
     from rallypoint.core.config import Selection
     from rallypoint.core.plugins import RallypointPluginManager
     from rallypoint.rendezvous.config import RendezvousSection
+    from rallypoint.rendezvous.spec import RendezvousSpec
 
 __all__ = [
     "KEEP_ROUNDS",
@@ -161,6 +162,29 @@ class RendezvousHandler:
         self._shut = False
         self._fingerprint = dict(fingerprint) if fingerprint is not None else None
         self._checked_in = False
+
+    @classmethod
+    def from_spec(
+        cls, spec: RendezvousSpec, node: NodeInfo, *, pm: RallypointPluginManager | None = None
+    ) -> RendezvousHandler:
+        """Open the backend a :class:`~rallypoint.rendezvous.spec.RendezvousSpec` names and build the handler.
+
+        Args:
+            spec: the backend (its validated options), the run id, the node range, the timeouts
+                and the job's fingerprint, decided once (the agent's plan).
+            node: this node's record.
+            pm: the plugin manager whose rendezvous hooks fire.
+        """
+        return cls(
+            open_backend(spec.backend, spec.run_id),
+            node,
+            min_nodes=spec.min_nodes,
+            max_nodes=spec.max_nodes,
+            timeouts=spec.timeouts,
+            pm=pm,
+            fingerprint=spec.fingerprint or None,
+            owns_backend=True,
+        )
 
     @classmethod
     def from_selection(

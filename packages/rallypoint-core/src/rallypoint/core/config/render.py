@@ -8,7 +8,7 @@ from typing import Any
 
 from rallypoint.core.config.resolve import ResolvedConfig
 
-__all__ = ["render_resolved", "resolved_as_dict", "section_env", "toml_value"]
+__all__ = ["render_resolved", "resolved_as_dict", "resolved_sources", "section_env", "toml_value"]
 
 _BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
 
@@ -82,6 +82,24 @@ def section_env(resolved: ResolvedConfig, name: str) -> dict[str, str]:
         if key.split(".")[0] == name and sel.options is not None:
             values["options"] = sel.options.model_dump(mode="json", exclude_none=True)
     return {f"RALLYPOINT_{name.upper()}_{key.upper()}": toml_value(value) for key, value in values.items()}
+
+
+def resolved_sources(resolved: ResolvedConfig) -> dict[str, str]:
+    """Every value's key path and where it was set (``default`` when nowhere)."""
+    out: dict[str, str] = {}
+
+    def walk(prefix: str, value: Any) -> None:
+        if isinstance(value, dict) and value and (prefix.count(".") < 1 or prefix.endswith(".options")):
+            for key, item in value.items():
+                walk(f"{prefix}.{key}", item)
+        else:
+            out[prefix] = resolved.loaded.source_of(prefix, inherit=False)
+
+    data = resolved_as_dict(resolved)
+    data.pop("plugins", None)
+    for section, values in data.items():
+        walk(section, values)
+    return out
 
 
 def render_resolved(resolved: ResolvedConfig) -> str:
