@@ -5,7 +5,7 @@ A block is preceded, optionally, by a marker line (an HTML comment, invisible on
     <!-- docs-test: skip: REASON -->
 
 which keeps the block out of the tests, with the reason shown where it is listed (a GPU, a real
-cluster, a plugin that is only the page's example). See docs/contributing-docs.md.
+cluster, a plugin that is only the page's example).
 """
 
 from __future__ import annotations
