@@ -111,3 +111,13 @@ def test_every_duration_form_is_accepted_by_both(value, validator, tmp_path) -> 
     text = f"[rendezvous]\njoin_timeout = {json.dumps(value)}\n"
     assert not _schema_errors(validator, tomllib.loads(text))
     assert _check(text, tmp_path) == 0
+
+
+def test_the_getting_started_job_is_one_rallypoint_run_takes(tmp_path, capsys, monkeypatch) -> None:
+    """The page says config check's checks run before ``rallypoint run``: its job must pass both (#41)."""
+    (block,) = [b for b in blocks("toml") if b.page.name == "getting-started.md" and "[job]" in b.text]
+    (tmp_path / "job.toml").write_text(block.text)
+    (tmp_path / "train.py").write_text("")
+    monkeypatch.chdir(tmp_path)
+    code = main(["run", "--dry-run", "job.toml"])
+    assert code == 0, f"{block.where}: rallypoint run refuses the page's job: {capsys.readouterr().err}"
