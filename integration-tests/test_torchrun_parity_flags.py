@@ -121,6 +121,23 @@ def test_accepted_flags_map_onto_the_job(name: str, tmp_path: Path, capsys: pyte
         assert shown.replace("{tmp}", str(tmp_path)) in output, output
 
 
+@pytest.mark.parametrize(
+    ("conf", "shown"),
+    [
+        ("heartbeat_timeout=45", 'heartbeat_timeout = "45s"  # --rdzv-conf heartbeat_timeout (command line)'),
+        ("heartbeat_interval=2s", 'heartbeat_interval = "2s"  # --rdzv-conf heartbeat_interval (command line)'),
+        ("keep_alive_interval=3", 'heartbeat_interval = "3s"  # --rdzv-conf keep_alive_interval (command line)'),
+    ],
+)
+def test_rdzv_conf_takes_the_heartbeat_keys_of_the_torch_adapter(conf, shown, tmp_path, capsys) -> None:
+    """``heartbeat_*`` work through ``rallypoint.rendezvous.torch_compat``; ``--rdzv-conf`` takes them too (#41)."""
+    script = tmp_path / "train.py"
+    script.write_text("print('hi')\n")
+    code, output = _run(["--rdzv-conf", conf, str(script)], capsys)
+    assert code == 0, output
+    assert shown in output, output
+
+
 @pytest.mark.parametrize("name", sorted(REFUSED))
 def test_refused_flags_say_why_and_what_instead(name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     script = tmp_path / "train.py"

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from fnmatch import fnmatchcase
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator
 
 from rallypoint.agent.node import parse_node_labels
 from rallypoint.agent.ranks import RankAssignment, RankNode, assign_blocks
@@ -49,6 +49,15 @@ def _check_label_name(name: str) -> str:
     return name
 
 
+#: ``hosts`` in the job file's schema: each value a table of labels or a ``"rack=a,zone=z1"`` string.
+_HOSTS_SCHEMA = {
+    "type": "object",
+    "additionalProperties": {
+        "anyOf": [{"type": "object", "additionalProperties": {"type": "string"}}, {"type": "string"}],
+    },
+}
+
+
 class TopologyOptions(BaseModel):
     """``[ranks.options]`` of the ``topology`` strategy.
 
@@ -67,7 +76,7 @@ class TopologyOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     order: list[str] = Field(default_factory=lambda: ["zone", "switch", "rack"])
-    hosts: dict[str, dict[str, str]] = Field(default_factory=dict)
+    hosts: Annotated[dict[str, dict[str, str]], WithJsonSchema(_HOSTS_SCHEMA)] = Field(default_factory=dict)
     missing: Literal["last", "error"] = "last"
     stable: bool = True
 

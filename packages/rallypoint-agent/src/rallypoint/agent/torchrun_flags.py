@@ -50,6 +50,9 @@ _RDZV_CONF_KEYS = {
     "last_call_timeout": "rendezvous.last_call_timeout",
     "close_timeout": "rendezvous.close_timeout",
     "keep_alive_interval": "rendezvous.heartbeat_interval",
+    # accepted by the torch RendezvousHandler adapter (rallypoint.rendezvous.torch_compat) too
+    "heartbeat_interval": "rendezvous.heartbeat_interval",
+    "heartbeat_timeout": "rendezvous.heartbeat_timeout",
 }
 #: torchrun's variable for the shutdown timeout, read when ``--shutdown-timeout`` is not given.
 SHUTDOWN_ENV = "TORCH_ELASTIC_SHUTDOWN_TIMEOUT"

@@ -193,6 +193,8 @@ def complete(
         try:
             td = STATE.td(seconds)
         except TypeError:
+            td = None  # a Deadline: waited for outside the handler, so its errors carry no TypeError
+        if td is None:
             _complete_under(work, op, info, seq, timeout, peer, on_timeout)
             return
         try:
@@ -209,7 +211,10 @@ def complete(
     else:
         try:
             seconds, probe = timeout, min(PROBE, timeout)  # type: ignore[assignment,type-var]
+            numeric = True
         except TypeError:
+            numeric = False  # a Deadline: waited for outside the handler (no chained TypeError)
+        if not numeric:
             _complete_under(work, op, info, seq, timeout, peer, on_timeout)
             return
         probe_td = timedelta(seconds=probe)

@@ -27,7 +27,11 @@ def _model_schema(model: type[BaseModel]) -> dict[str, Any]:
 
 
 def _selector(pm: RallypointPluginManager, kind: Any, section: dict[str, Any]) -> None:
-    """Names for the selector key, and options per selected plugin (``if``/``then``)."""
+    """Names for the selector key, and options per selected plugin (``if``/``then``).
+
+    A section that leaves the selector out selects its default plugin (the selector's
+    ``default``), whose options then apply too.
+    """
     from rallypoint.core.errors import PluginError
 
     try:
@@ -38,17 +42,26 @@ def _selector(pm: RallypointPluginManager, kind: Any, section: dict[str, Any]) -
     props = section.setdefault("properties", {})
     selector = props.setdefault(kind.key, {})
     selector["examples"] = names
+    # `config check` accepts the installed plugins' names and aliases only
+    selector["enum"] = [*names, *(alias for record in registry for alias in record.aliases)]
     selector.setdefault("description", f"the {kind.label}: {', '.join(names) or 'none installed'}")
+    default = selector.get("default")
     branches = []
     for record in registry:
-        if record.options_model is None:
-            continue
-        branches.append(
-            {
-                "if": {"properties": {kind.key: {"enum": [record.name, *record.aliases]}}, "required": [kind.key]},
-                "then": {"properties": {"options": _model_schema(record.options_model)}},
-            }
-        )
+        chosen: dict[str, Any] = {
+            "properties": {kind.key: {"enum": [record.name, *record.aliases]}},
+            "required": [kind.key],
+        }
+        if default in (record.name, *record.aliases):
+            chosen = {"anyOf": [chosen, {"not": {"required": [kind.key]}}]}
+        if record.options_model is None:  # `config check` refuses options for it
+            options: dict[str, Any] = {"type": "object", "maxProperties": 0}
+        else:
+            options = _model_schema(record.options_model)
+        then: dict[str, Any] = {"properties": {"options": options}}
+        if options.get("required"):  # the plugin cannot do without its options table
+            then["required"] = ["options"]
+        branches.append({"if": chosen, "then": then})
     if branches:
         section.setdefault("allOf", []).extend(branches)
 

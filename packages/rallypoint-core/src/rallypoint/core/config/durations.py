@@ -6,10 +6,18 @@ import math
 import re
 from typing import Annotated, Any
 
-from pydantic import BeforeValidator, Field, PlainSerializer
+from pydantic import BeforeValidator, Field, PlainSerializer, WithJsonSchema
 from pydantic_core import PydanticCustomError
 
-__all__ = ["MAX_DURATION", "Duration", "PositiveDuration", "format_duration", "parse_duration"]
+__all__ = [
+    "DURATION_PATTERN",
+    "MAX_DURATION",
+    "Duration",
+    "PositiveDuration",
+    "duration_json_schema",
+    "format_duration",
+    "parse_duration",
+]
 
 #: The longest duration a job accepts, in seconds (365 days): longer waits are mistakes, and
 #: timeouts past the platform's limit (``threading.TIMEOUT_MAX``) would fail at run time.
@@ -18,6 +26,7 @@ MAX_DURATION = 365 * 86400.0
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _PART = re.compile(r"(\d+(?:\.\d+)?|\.\d+)\s*(ms|s|m|h|d)")
 _WHOLE = re.compile(r"^\s*(?:(?:\d+(?:\.\d+)?|\.\d+)\s*(?:ms|s|m|h|d)\s*)+$")
+_NUMBER = re.compile(r"^\s*\+?(?:\d+(?:\.\d*)?|\.\d+)(?:e[+-]?\d+)?\s*$")
 _HINT = 'write e.g. "10m" or "30s"'
 
 
@@ -43,12 +52,17 @@ def parse_duration(value: Any) -> float:
         text = value.strip().lower()
         if len(text) > 64:
             raise ValueError(f"invalid duration {_short(value)}: too long to be a time ({_HINT})")
-        try:
+        if _NUMBER.match(text):
             seconds = float(text)
-        except ValueError:
-            if not _WHOLE.match(text):
-                raise ValueError(f"invalid duration {value!r} ({_HINT})") from None
+        elif _WHOLE.match(text):
             seconds = sum(float(n) * _UNITS[u] for n, u in _PART.findall(text))
+        else:
+            try:
+                seconds = float(text)  # "-3", "inf", "nan": refused below with the reason
+            except ValueError:
+                seconds = 0.0
+            if not (math.isnan(seconds) or math.isinf(seconds) or seconds < 0):  # "1_000", "0x10"
+                raise ValueError(f"invalid duration {value!r} ({_HINT})")
     else:
         raise ValueError(f"invalid duration {value!r} ({_HINT})")
     if math.isnan(seconds) or math.isinf(seconds) or seconds < 0:
@@ -95,13 +109,55 @@ def _validate(value: Any) -> float:
         raise PydanticCustomError("duration", str(exc)) from None
 
 
+def _ci(text: str) -> str:
+    """A regular expression matching ``text`` in any letter case (JSON Schema patterns have no flags)."""
+    return "".join(f"[{c.lower()}{c.upper()}]" if c.isalpha() else c for c in text)
+
+
+_UNIT = "(?:" + "|".join(_ci(unit) for unit in ("ms", "s", "m", "h", "d")) + ")"
+_DECIMAL = r"(?:\d+(?:\.\d+)?|\.\d+)"
+#: The strings :func:`parse_duration` reads, as an ECMA-262 pattern (the JSON Schema dialect):
+#: a number of seconds (``"30"``, ``"1.5e3"``) or unit parts (``"1h30m"``). Surrounding blanks are
+#: allowed, as the parser strips them.
+DURATION_PATTERN = (
+    r"^\s*(?:\+?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?"
+    rf"|(?:{_DECIMAL}\s*{_UNIT}\s*)+)\s*$"
+)
+
+
+def duration_json_schema(*, positive: bool) -> dict[str, Any]:
+    """The JSON Schema of a duration: a number of seconds or a duration string.
+
+    What the schema cannot say: a string's value must be at most 365 days (the number branch
+    says it). A positive duration's string must hold a digit other than 0 (a zero time is
+    written with zeros only).
+
+    >>> duration_json_schema(positive=True)["anyOf"][0]
+    {'type': 'number', 'exclusiveMinimum': 0, 'maximum': 31536000.0}
+    """
+    number: dict[str, Any] = {"type": "number"}
+    number["exclusiveMinimum" if positive else "minimum"] = 0
+    number["maximum"] = MAX_DURATION
+    pattern = DURATION_PATTERN if not positive else "^(?=.*[1-9])" + DURATION_PATTERN[1:]
+    text = {"type": "string", "pattern": pattern, "maxLength": 64}
+    return {
+        "anyOf": [number, text],
+        "description": 'a number of seconds or a duration such as "250ms", "30s", "10m", "1h30m"',
+    }
+
+
 #: A pydantic field type: seconds as ``float``, parsed from any accepted duration form and
 #: serialised back in human form.
 Duration = Annotated[
     float,
     BeforeValidator(_validate),
     PlainSerializer(format_duration, return_type=str, when_used="json"),
+    WithJsonSchema(duration_json_schema(positive=False), mode="validation"),
 ]
 
 #: A :data:`Duration` that must be greater than zero (a timeout, an interval).
-PositiveDuration = Annotated[Duration, Field(gt=0)]
+PositiveDuration = Annotated[
+    Duration,
+    Field(gt=0),
+    WithJsonSchema(duration_json_schema(positive=True), mode="validation"),
+]
