@@ -8,6 +8,7 @@ in any argument, under either serializer.
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -113,6 +114,10 @@ def test_torch_mode_refuses_names_outside_the_program_and_dunders(torch_mode_gro
     assert program_module(__name__, root=HERE)
     assert not program_module("json", root=HERE)
     assert not program_module("pytest", root=HERE, find=True)
+    # looking for a submodule outside the program imports nothing of it (not even its parent)
+    before = set(sys.modules)
+    assert not program_module("xml.dom.minidom", root=HERE, find=True)
+    assert set(sys.modules) == before
 
 
 def test_without_torch_mode_the_same_calls_are_refused(torch_mode_group: Any) -> None:

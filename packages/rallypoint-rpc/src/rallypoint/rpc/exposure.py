@@ -166,7 +166,11 @@ def program_module(name: str, *, root: str | None = None, find: bool = False) ->
         return _in_program(getattr(module, "__file__", None), root)
     if not find or root is None:
         return False
-    try:
+    top = name.partition(".")[0]
+    try:  # the top-level name first: finding it imports nothing, finding a submodule imports its parents
+        top_spec = importlib.util.find_spec(top)
+        if top_spec is None or not _in_program(top_spec.origin, root):
+            return False
         spec = importlib.util.find_spec(name)
     except (ImportError, ValueError):
         return False
