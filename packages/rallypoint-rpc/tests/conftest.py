@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -87,13 +87,27 @@ class LocalTransport:
 
 @contextlib.contextmanager
 def local_group(
-    count: int = 3, *, allow: tuple[str, ...] = (), threads: int = 8, deferred: bool = True, timeout: float = 30
+    count: int = 3,
+    *,
+    allow: tuple[str, ...] = (),
+    threads: int = 8,
+    deferred: bool = True,
+    timeout: float = 30,
+    exposure: Callable[[], Exposure] | None = None,
+    allow_pickle: bool = False,
 ) -> Iterator[list[RpcAgent]]:
-    """``count`` agents named ``w0``... over :class:`LocalTransport` (``threads`` each)."""
+    """``count`` agents named ``w0``... over :class:`LocalTransport` (``threads`` each).
+
+    ``exposure`` makes each agent's rules (default: ``Exposure(allow)``); ``allow_pickle``: the
+    pickle serializer on every agent.
+    """
     agents = []
     for rank in range(count):
         transport = LocalTransport(threads, deferred=deferred)
-        agent = RpcAgent(WorkerInfo(f"w{rank}", rank), transport, exposure=Exposure(allow), timeout=timeout)
+        rules = exposure() if exposure is not None else Exposure(allow)
+        agent = RpcAgent(
+            WorkerInfo(f"w{rank}", rank), transport, exposure=rules, allow_pickle=allow_pickle, timeout=timeout
+        )
         agent.serve("local")
         agents.append(agent)
     for agent in agents:

@@ -83,3 +83,19 @@ def test_the_transport_is_resolved_only_when_the_job_has_an_rpc_section(tmp_path
         f"{tmp_path / 'rpc.toml'}: rpc.transport: 'grpc' is provided by the plugin 'grpc', which is disabled by"
         " RALLYPOINT_DISABLE_PLUGINS; remove grpc from that variable to use it"
     ) in str(info.value)
+
+
+def test_mode_is_rallypoint_or_torch_and_reaches_the_worker_s_options(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rallypoint.rpc.options import RpcOptions
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "job.toml").write_text('[rpc]\nmode = "pytorch"\n')
+    with pytest.raises(ConfigError) as info:
+        load_job_config("job.toml", SCHEMA, environ={})
+    assert str(info.value) == "job.toml: rpc.mode: expected 'rallypoint' or 'torch', got 'pytorch'"
+
+    assert RpcOptions.from_environment({}).mode == "rallypoint"
+    # what the launcher sets from the resolved [rpc] section (any source), or a user running by hand
+    assert RpcOptions.from_environment({"RALLYPOINT_RPC_MODE": "torch"}).mode == "torch"

@@ -26,16 +26,24 @@ RELEASE = threading.Event()
 
 @contextlib.contextmanager
 def rpc_group(
-    count: int = 3, *, pickle_on: tuple[int, ...] = (), allow: tuple[str, ...] = (), **opts: Any
+    count: int = 3,
+    *,
+    pickle_on: tuple[int, ...] = (),
+    allow: tuple[str, ...] = (),
+    program: bool = False,
+    **opts: Any,
 ) -> Iterator[list[RpcAgent]]:
-    """``count`` agents named ``w0``... sharing :data:`TOKEN`; ``pickle_on``: ranks using the pickle serializer."""
+    """``count`` agents named ``w0``... sharing :data:`TOKEN`; ``pickle_on``: ranks using the pickle serializer.
+
+    ``program``: torch's compatibility mode, the program being this test directory.
+    """
     agents = []
     for rank in range(count):
         pickled = rank in pickle_on
         agent = RpcAgent(
             WorkerInfo(f"w{rank}", rank),
             GrpcRpcTransport(GrpcRpcOptions(**opts), token=TOKEN, num_threads=8),
-            exposure=Exposure(allow, everything=pickled),
+            exposure=Exposure(allow, everything=pickled, program=program, program_root=str(Path(__file__).parent)),
             allow_pickle=pickled,
             timeout=30,
         )
@@ -67,6 +75,12 @@ def fail(message: str) -> None:
 @rpc.expose
 def fail_custom() -> None:
     raise NotImportedThereError("from a class the caller cannot rebuild")
+
+
+def not_exposed_counted(x: Any) -> Any:
+    """Not exposed: callable only in torch's compatibility mode."""
+    CALLS.append("not_exposed_counted")
+    return x
 
 
 class NotImportedThereError(Exception):

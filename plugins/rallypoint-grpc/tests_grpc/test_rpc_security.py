@@ -57,6 +57,24 @@ def test_calls_without_the_token_are_refused_and_run_nothing(token: str | None) 
         assert g.CALLS == ["add"]
 
 
+@pytest.mark.parametrize("token", [None, "wrong-token"])
+def test_torch_mode_still_refuses_callers_outside_the_job(token: str | None) -> None:
+    """mode = "torch" opens the program's functions to the job's members only (#36)."""
+    frame = _call_frame(f"{g.__name__}:not_exposed_counted", [7])
+    with g.rpc_group(2, program=True) as agents:
+        with pytest.raises(grpc.RpcError) as info:
+            _raw_call(agents[1].info.address, frame, token)
+        assert info.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        assert g.CALLS == []
+        # a member of the job (the token) calls it without @rpc.expose; outside the program, refused
+        assert b'"ok":7' in _raw_call(agents[1].info.address, frame, g.TOKEN)
+        assert g.CALLS == ["not_exposed_counted"]
+        for path in ("os:system", "subprocess:run", "torch:load", f"{g.__name__}:__name__"):
+            reply = _raw_call(agents[1].info.address, _call_frame(path, ["echo"]), g.TOKEN)
+            assert b"RpcRefused" in reply, path
+        assert g.CALLS == ["not_exposed_counted"]
+
+
 def test_an_agent_with_another_token_is_refused() -> None:
     with g.rpc_group(2) as agents, use_agent(agents[0]):
         agents[0].transport._metadata = (("authorization", "Bearer other"),)  # type: ignore[attr-defined]

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from rallypoint.rpc.records import RpcTransportRecord
 
 if TYPE_CHECKING:
-    from rallypoint.rpc import autograd, functions, futures
+    from rallypoint.rpc import autograd, functions, futures, nn
     from rallypoint.rpc.agent import WorkerInfo
     from rallypoint.rpc.api import (
         get_rpc_timeout,
@@ -62,6 +62,7 @@ __all__ = [
     "autograd",
     "functions",
     "futures",
+    "nn",
     "BackendType",
     "TensorPipeRpcBackendOptions",
     "Future",
@@ -101,7 +102,7 @@ _WHERE = {
     "WorkerUnavailable": "errors",
 }
 
-_SUBMODULES = frozenset({"autograd", "functions", "futures"})
+_SUBMODULES = frozenset({"autograd", "functions", "futures", "nn"})
 
 
 def __getattr__(name: str) -> Any:

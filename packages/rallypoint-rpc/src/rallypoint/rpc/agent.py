@@ -151,7 +151,7 @@ class RpcAgent:
     ) -> tuple[list[Any], float | None]:
         if self._closed:
             raise RpcError(f"RPC on {self.info.name} is shut down; cannot call {what} on {to.name}")
-        enc = Encoder(allow_pickle=self.allow_pickle, broadcasts=broadcasts)
+        enc = Encoder(allow_pickle=self.allow_pickle, broadcasts=broadcasts, exposure=self.exposure)
         for key, value in values.items():
             header[key] = enc.add(value)
         limit = self.effective_timeout(timeout)
@@ -436,7 +436,7 @@ class RpcAgent:
         return result.reply(lambda value: self._reply(src, value), self._error_parts)
 
     def _reply(self, src: str, result: Any, *, broadcasts: bool = False) -> list[Any]:
-        enc = Encoder(allow_pickle=self.allow_pickle, broadcasts=broadcasts)
+        enc = Encoder(allow_pickle=self.allow_pickle, broadcasts=broadcasts, exposure=self.exposure)
         tree = {"ok": enc.add(result)}
         if enc.out.rrefs:
             self._grant(enc.out.rrefs, src, self.timeout or None)

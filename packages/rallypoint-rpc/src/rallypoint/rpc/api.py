@@ -108,7 +108,7 @@ def init_rpc(
         agent = RpcAgent(
             WorkerInfo(name, rank),
             transport,
-            exposure=Exposure(opts.allow, everything=opts.serializer == "pickle"),
+            exposure=Exposure(opts.allow, everything=opts.serializer == "pickle", program=opts.mode == "torch"),
             allow_pickle=opts.serializer == "pickle",
             timeout=opts.rpc_timeout,
         )

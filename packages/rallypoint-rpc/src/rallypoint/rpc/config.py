@@ -35,6 +35,10 @@ class RpcSection(Section):
     serializer: Literal["safe", "pickle"] = Field(
         default="safe", description='How values travel; "pickle" is an explicit opt-in.'
     )
+    mode: Literal["rallypoint", "torch"] = Field(
+        default="rallypoint",
+        description='"torch": the program\'s own functions and classes are callable without @rpc.expose.',
+    )
     timeout: Duration = Field(default=60.0, description="Default timeout of a call (0: none).")
     allow: list[Annotated[str, AfterValidator(_pattern)]] = Field(
         default_factory=list,

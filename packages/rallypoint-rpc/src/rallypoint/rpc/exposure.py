@@ -11,6 +11,13 @@ resolves the path itself, and only to
 Methods are resolved through their class (``"mod:Counter.add"``): the class must be exposed (or
 allowed) and the method public. Names with a leading underscore are never callable remotely.
 
+In torch's compatibility mode (``[rpc] mode = "torch"``, :class:`Exposure` with ``program=True``)
+every public or single-underscore function and class of the *program's own modules* is callable
+too, without ``@rpc.expose``: ``__main__`` (the script) and the modules whose file lies under
+the script's directory, outside any ``site-packages``; and torch's operators (the built-in
+functions of the ``torch`` module, such as ``torch.add``: no Python code, no files). Dunder
+names stay refused.
+
 Allowed on every worker without configuration: the classes and functions *defined* in
 ``torch.nn`` and ``torch.optim`` (:data:`DEFAULT_ALLOW`; a name those modules merely import from
 elsewhere is not), and the exposed helpers of rallypoint's own RPC modules
@@ -21,7 +28,9 @@ optimizer and remote modules call.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import inspect
+import os
 import re
 import sys
 from collections.abc import Callable, Iterable
@@ -38,6 +47,7 @@ __all__ = [
     "default_allowed",
     "expose",
     "is_exposed",
+    "program_module",
 ]
 
 _MARK = "__rallypoint_rpc_exposed__"
@@ -127,10 +137,65 @@ def default_allowed(obj: Any) -> bool:
     return (isinstance(obj, type) or inspect.isfunction(obj)) and _default_module(getattr(obj, "__module__", None))
 
 
-class Exposure:
-    """The resolution rules of one worker (its ``allow`` patterns)."""
+def _program_root() -> str | None:
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    return os.path.dirname(os.path.abspath(path)) if isinstance(path, str) else None
 
-    def __init__(self, allow: Iterable[str] = (), *, everything: bool = False) -> None:
+
+def _in_program(path: str | None, root: str | None) -> bool:
+    if not isinstance(path, str) or root is None:
+        return False
+    full = os.path.abspath(path)
+    return full.startswith(root + os.sep) and "site-packages" not in full.split(os.sep)
+
+
+def program_module(name: str, *, root: str | None = None, find: bool = False) -> bool:
+    """Whether module ``name`` belongs to the program: ``__main__``, or a file under the script's directory.
+
+    Args:
+        name: the module's name.
+        root: the program's directory (default: that of the ``__main__`` script).
+        find: look for a module not imported yet (without running it) instead of answering ``False``.
+    """
+    if name == "__main__":
+        return True
+    root = os.path.abspath(root) if root is not None else _program_root()
+    module = sys.modules.get(name)
+    if module is not None:
+        return _in_program(getattr(module, "__file__", None), root)
+    if not find or root is None:
+        return False
+    top = name.partition(".")[0]
+    try:  # the top-level name first: finding it imports nothing, finding a submodule imports its parents
+        top_spec = importlib.util.find_spec(top)
+        if top_spec is None or not _in_program(top_spec.origin, root):
+            return False
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        return False
+    return spec is not None and _in_program(spec.origin, root)
+
+
+class Exposure:
+    """The resolution rules of one worker (its ``allow`` patterns, torch's compatibility mode).
+
+    Args:
+        allow: module patterns whose public objects peers may call.
+        everything: any importable public object (``serializer = "pickle"``).
+        program: torch's compatibility mode: the program's own modules' functions and classes
+            (single-underscore names included) need no ``@rpc.expose``.
+        program_root: the program's directory (default: that of the ``__main__`` script).
+    """
+
+    def __init__(
+        self,
+        allow: Iterable[str] = (),
+        *,
+        everything: bool = False,
+        program: bool = False,
+        program_root: str | None = None,
+    ) -> None:
         self.allow = tuple(allow)
         for pattern in self.allow:
             problem = allow_pattern_problem(pattern)
@@ -138,6 +203,18 @@ class Exposure:
                 raise RpcError(f"invalid [rpc] allow: {problem}")
         #: ``serializer = "pickle"``: any importable public object (a trusted cluster).
         self.everything = everything
+        #: ``mode = "torch"``: the program's own modules are callable.
+        self.program = program
+        self.program_root = program_root
+
+    def program_object(self, obj: Any) -> bool:
+        """Whether ``obj`` is a function or class of the program's modules, callable in torch's mode."""
+        return (
+            self.program
+            and (isinstance(obj, type) or inspect.isfunction(obj))
+            and isinstance(getattr(obj, "__module__", None), str)
+            and program_module(obj.__module__, root=self.program_root)
+        )
 
     def allowed_module(self, module: str) -> bool:
         """Whether ``module`` matches an ``allow`` pattern."""
@@ -154,9 +231,17 @@ class Exposure:
         parts = qualname.split(".")
         if not sep or not module_name or not qualname or any(not p.isidentifier() for p in parts):
             raise RpcRefused(f"{worker} refused a call to {path!r}: not a 'module:QualName' path")
-        if any(p.startswith("_") for p in parts):
-            raise RpcRefused(f"{worker} refused a call to {path}: names starting with '_' are never callable remotely")
-        allowed = self.allowed_module(module_name)
+        program = self.program and program_module(module_name, root=self.program_root, find=True)
+        private = "__" if program else "_"
+        if any(p.startswith(private) for p in parts):
+            raise RpcRefused(
+                f"{worker} refused a call to {path}: names starting with {private!r} are never callable remotely"
+            )
+        if self.program and module_name == "torch" and len(parts) == 1:
+            op = getattr(sys.modules.get("torch"), parts[0], None)
+            if inspect.isbuiltin(op) and not parts[0].startswith("_"):  # an operator (torch.add), no Python code
+                return op
+        allowed = program or self.allowed_module(module_name)
         by_default = not allowed and _default_module(module_name)
         module = sys.modules.get(module_name)
         if module is None and module_name in BUILTIN_MODULES:
@@ -194,14 +279,22 @@ class Exposure:
             if not callable(obj):
                 raise RpcRefused(f"{worker} refused a call to {path}: it is not callable")
             return obj
+        root = self.program_root or _program_root()
+        where = f' (mode = "torch" opens only the program\'s modules: __main__ and those under {root})'
+        where = where if self.program else ""
         raise RpcRefused(
-            f"{worker} refused a call to {path}: it is not exposed; decorate it with @rpc.expose "
+            f"{worker} refused a call to {path}: it is not exposed{where}; decorate it with @rpc.expose "
             "or list its module in [rpc] allow"
         )
 
     def check_class(self, cls: type, *, worker: str) -> None:
         """Refuse to rebuild an instance of ``cls`` unless it is exposed or allowed."""
-        if not (is_exposed(cls) or self.allowed_module(cls.__module__) or _default_module(cls.__module__)):
+        if not (
+            is_exposed(cls)
+            or self.allowed_module(cls.__module__)
+            or _default_module(cls.__module__)
+            or self.program_object(cls)
+        ):
             raise RpcRefused(
                 f"{worker} refused an instance of {cls.__module__}.{cls.__qualname__}: the class is not exposed"
             )

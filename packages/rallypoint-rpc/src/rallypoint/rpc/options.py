@@ -22,6 +22,8 @@ class RpcOptions:
         rpc_timeout: default timeout of a call in seconds (``0``: none).
         serializer: ``"safe"`` (default) or ``"pickle"`` (explicit opt-in; logs a warning).
         allow: modules whose public functions and classes peers may call (``"pkg"``, ``"pkg.*"``).
+        mode: ``"rallypoint"`` (default: only what is exposed or allowed is callable) or
+            ``"torch"`` (the program's own modules are callable too, as under torch).
         transport: the RPC transport's name (``rallypoint plugins list`` shows those installed).
         transport_options: the transport's options: its model instance or a dict to validate.
         num_worker_threads: threads that run incoming calls.
@@ -35,6 +37,7 @@ class RpcOptions:
     rpc_timeout: float = 60.0
     serializer: Literal["safe", "pickle"] = "safe"
     allow: Sequence[str] = ()
+    mode: Literal["rallypoint", "torch"] = "rallypoint"
     transport: str = "grpc"
     transport_options: Any = None
     num_worker_threads: int = 16
@@ -72,6 +75,7 @@ class RpcOptions:
             rpc_timeout=section.timeout,
             serializer=section.serializer,
             allow=tuple(section.allow),
+            mode=section.mode,
             transport=section.transport,
             transport_options=selection.options if selection is not None else None,
             num_worker_threads=section.num_worker_threads,

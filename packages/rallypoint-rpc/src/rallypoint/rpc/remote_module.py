@@ -45,6 +45,7 @@ def parameter_rrefs(module_rref: RRef[Any], recurse: bool = True) -> list[RRef[t
     return [RRef(p) for p in _module(module_rref).parameters(recurse)]
 
 
+@expose
 class RemoteModule(torch.nn.Module):
     """A module created on ``remote_device`` whose ``forward`` runs there, shaped like torch's.
 
@@ -53,7 +54,12 @@ class RemoteModule(torch.nn.Module):
     worker1 and returns the output. Inside a distributed autograd context the backward pass
     reaches the layer's parameters; :meth:`remote_parameters` gives RRefs to them for
     :class:`~rallypoint.rpc.DistributedOptimizer`. ``torch.nn`` classes need no configuration;
-    a module class of your own must be exposed (``@rpc.expose``).
+    a module class of your own must be exposed (``@rpc.expose``), or be the program's own in
+    torch's compatibility mode (``[rpc] mode = "torch"``).
+
+    A RemoteModule travels as an argument or a result of an RPC call (under either serializer,
+    nested anywhere): the receiver gets a RemoteModule of the same remote module, whose
+    :meth:`forward` and :meth:`remote_parameters` work there too.
 
     Args:
         remote_device: ``"worker"`` or ``"worker/device"``.
@@ -75,6 +81,18 @@ class RemoteModule(torch.nn.Module):
         self.module_rref: RRef[torch.nn.Module] = remote(
             worker, create_module, args=(module_cls, list(args or ()), dict(kwargs or {}), self.device)
         )
+
+    def __getstate__(self) -> dict[str, Any]:
+        """What travels: the RRef to the module and its device (not the local ``nn.Module`` state)."""
+        return {"module_rref": self.module_rref, "device": self.device}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Rebuild a received RemoteModule around the same remote module."""
+        torch.nn.Module.__init__(self)
+        rref, device = state.get("module_rref"), state.get("device")
+        if not isinstance(rref, RRef) or not isinstance(device, str):
+            raise TypeError("a RemoteModule arrived without its module's RRef and device")
+        self.module_rref, self.device = rref, device
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         """Run the module on its owner and return the result."""

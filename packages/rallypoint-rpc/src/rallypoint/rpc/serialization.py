@@ -7,13 +7,20 @@ tuples, dicts (any encodable keys), sets, bytes, non-finite floats, complex numb
 inside it), RRefs, exposed callables, and instances of exposed classes (their class path and
 their state, rebuilt without calling ``__init__``).
 
-With ``serializer = "pickle"`` any other object becomes a ``pickle`` leaf. A worker with the
-safe serializer refuses a message that holds one, before anything runs.
+With ``serializer = "pickle"`` any other object becomes a ``pickle`` leaf. RRefs and plain
+tensors inside a pickled object still travel as themselves (the pickle holds a reference to an
+RRef entry or to a tensor tree, resolved by the receiver), so reference counting and distributed
+autograd see them wherever they are nested. A worker with the safe serializer refuses a message
+that holds a pickle leaf, before anything runs.
+
+In torch's compatibility mode (``[rpc] mode = "torch"``) the functions and classes of the
+program's own modules travel like exposed ones.
 """
 
 from __future__ import annotations
 
 import ctypes
+import io
 import json
 import math
 import pickle
@@ -54,12 +61,20 @@ class Encoder:
             gradient of a sum) as the memory it spans and its strides, not as a contiguous copy:
             the receiver gets the same view (distributed autograd's gradient messages). Other
             tensors always arrive contiguous.
+        exposure: this worker's rules; in torch's compatibility mode the program's own functions
+            and classes travel by path like exposed ones.
     """
 
-    def __init__(self, *, allow_pickle: bool = False, broadcasts: bool = False) -> None:
+    def __init__(
+        self, *, allow_pickle: bool = False, broadcasts: bool = False, exposure: Exposure | None = None
+    ) -> None:
         self.allow_pickle = allow_pickle
         self.broadcasts = broadcasts
+        self.exposure = exposure
         self.out = Encoded(tree=None)
+
+    def _program(self, obj: Any) -> bool:
+        return self.exposure is not None and self.exposure.program_object(obj)
 
     def add(self, value: Any) -> Any:
         """Encode ``value`` into this message; returns its tree (buffers and RRefs are collected)."""
@@ -99,17 +114,36 @@ class Encoder:
         if isinstance(v, RRef):
             self.out.rrefs.append(v)
             return {"$": "rref", "id": v.rref_id, "owner": v.owner_name()}
-        if callable(v) and (is_exposed(v) or default_allowed(v)):
+        if callable(v) and (is_exposed(v) or default_allowed(v) or self._program(v)):
             return {"$": "fn", "path": callable_path(v)}
-        if is_exposed(type(v)):
+        if is_exposed(type(v)) or (self._program(type(v)) and not self.allow_pickle and not _is_module(v)):
             state = v.__getstate__()
             return {"$": "obj", "cls": callable_path(type(v)), "state": self._enc(state, depth + 1)}
         if self.allow_pickle:
-            return {"$": "pickle", "b": self._buffer(pickle.dumps(v, protocol=pickle.HIGHEST_PROTOCOL))}
+            return {"$": "pickle", "b": self._buffer(self._pickle(v))}
         raise SerializationError(
             f"a {type(v).__module__}.{type(v).__qualname__} cannot travel under the safe serializer: send plain "
             'data, tensors, RRefs or instances of @rpc.expose classes (or opt in to serializer = "pickle")'
         )
+
+    def _pickle(self, v: Any) -> bytes:
+        """``v`` pickled, its RRefs and plain tensors kept out of the pickle as references to trees."""
+        out = io.BytesIO()
+        pickler = pickle.Pickler(out, protocol=pickle.HIGHEST_PROTOCOL)
+        torch = sys.modules.get("torch")
+        from rallypoint.rpc.rref import RRef
+
+        def persistent_id(obj: Any) -> Any:
+            if isinstance(obj, RRef):
+                self.out.rrefs.append(obj)
+                return ("rref", obj.rref_id, obj.owner_name())
+            if torch is not None and type(obj) is torch.Tensor:  # a Parameter pickles as one around its data
+                return ("tensor", self._enc_tensor(obj))
+            return None
+
+        pickler.persistent_id = persistent_id  # type: ignore[method-assign]
+        pickler.dump(v)
+        return out.getvalue()
 
     def _enc_tensor(self, t: Any) -> Any:
         # Few torch calls, each cheap: this runs right after the compute it sends (a backward
@@ -262,8 +296,21 @@ class Decoder:
                     f"{self.worker} refused a pickled value: it uses the safe serializer "
                     '(serializer = "pickle" must be set on every worker to accept pickles)'
                 )
-            return pickle.loads(_buf(bufs, v))
+            return self._unpickle(_buf(bufs, v), bufs)
         raise SerializationError(f"{self.worker} received a value of unknown kind {tag!r}")
+
+    def _unpickle(self, data: Any, bufs: list[Any]) -> Any:
+        unpickler = pickle.Unpickler(io.BytesIO(bytes(data)))
+
+        def persistent_load(pid: Any) -> Any:
+            if isinstance(pid, tuple) and len(pid) == 3 and pid[0] == "rref":
+                return self._rref({"id": pid[1], "owner": pid[2]})
+            if isinstance(pid, tuple) and len(pid) == 2 and pid[0] == "tensor" and isinstance(pid[1], dict):
+                return self._grad(_tensor(pid[1], bufs), pid[1])
+            raise SerializationError(f"{self.worker} received a pickle with an unknown reference")
+
+        unpickler.persistent_load = persistent_load  # type: ignore[method-assign]
+        return unpickler.load()
 
     def _items(self, v: dict[str, Any], bufs: list[Any], depth: int) -> list[Any]:
         items = v.get("items")
@@ -310,6 +357,11 @@ class Decoder:
         if not isinstance(rref_id, str) or not isinstance(owner, str) or self.make_rref is None:
             raise SerializationError(f"malformed RRef received by {self.worker}")
         return self.make_rref(rref_id, owner)
+
+
+def _is_module(v: Any) -> bool:
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(v, torch.nn.Module)
 
 
 def _buf(bufs: list[Any], v: dict[str, Any]) -> Any:
