@@ -139,15 +139,13 @@ def diagnose(workers: list[dict[str, Any]]) -> str:
         if w in waiting:
             continue
         p = pending[w["rank"]]
-        if p is not None and (p["group"], p["seq"]) == (group, seq):
-            if p["op"] != target["op"]:
-                notes.append(f"{_who(w)} called {_describe(p)} instead (mismatched op)")
-            else:
-                notes.append(f"{_who(w)} entered it with {_describe(p)} (mismatched dtype or shape)")
-            continue
-        done = [r for r in w.get("flight") or [] if r["group"] == group]
-        last_seq = max((r["seq"] for r in done), default=-1)
-        if last_seq < seq:
+        mine = [r for r in w.get("flight") or [] if r["group"] == group]
+        rec = next((r for r in mine if r["seq"] == seq), None)
+        if rec is not None and rec["op"] != target["op"]:
+            notes.append(f"{_who(w)} called {_describe(rec)} instead (mismatched op)")
+        elif rec is not None and (rec["dtype"], rec["shape"]) != (target["dtype"], target["shape"]):
+            notes.append(f"{_who(w)} entered it with {_describe(rec)} (mismatched dtype or shape)")
+        elif max((r["seq"] for r in mine), default=-1) < seq:
             notes.append(f"{_who(w)} never entered it: {_where(w)}")
         elif p is not None:
             notes.append(f"{_who(w)} is in {_describe(p)}: {_where(w)}")
