@@ -33,7 +33,9 @@ def line_of(text: str) -> int:
 class HungJob:
     """One ``rallypoint run`` of hang.py per host, until every rank printed that it is ready."""
 
-    def __init__(self, tmp: Path, mode: str, *, nproc: int, hosts: list[netns.Host] | None = None) -> None:
+    def __init__(
+        self, tmp: Path, mode: str, *, nproc: int, hosts: list[netns.Host] | None = None, extra: tuple[str, ...] = ()
+    ) -> None:
         self.tmp = tmp
         self.rdzv = tmp / "rdzv"
         self.run_id = f"hang-{mode}"
@@ -49,7 +51,7 @@ class HungJob:
             ]  # fmt: skip
             if host is not None:
                 argv += ["--local-addr", host.addr]
-            argv += [str(SCRIPT), mode]
+            argv += [*extra, str(SCRIPT), mode]
             with out.open("w") as f:
                 kwargs = {"cwd": tmp, "env": clean_env(), "stdout": f, "stderr": subprocess.STDOUT, "text": True}
                 proc = host.popen(argv, **kwargs) if host is not None else subprocess.Popen(argv, **kwargs)
@@ -158,3 +160,34 @@ def test_debug_stacks_across_three_hosts_from_outside_the_job(hosts, tmp_path: P
     assert diagnosis.startswith("diagnosis: ranks 0, 2-5 wait in all_reduce #3"), text.stdout
     assert f"rank 1 (host {host}, pid {workers[1]['pid']}) never entered it: read_from_socket at hang.py:" in diagnosis
     assert took < 5.0
+
+
+def test_a_watchdog_expiry_gathers_the_report_on_every_host_before_the_kill(
+    hosts, tmp_path: Path, jobs: list[HungJob]
+) -> None:
+    net = hosts(3)
+    extra = ("--set", "timer.watchdog=file", "--set", "rendezvous.heartbeat_timeout=60s")  # a loaded machine
+    job = HungJob(tmp_path, "watchdog", nproc=1, hosts=net.hosts, extra=extra)
+    jobs.append(job)
+    codes = [p.wait(120) for p in job.procs]
+    out = job.output()
+    assert codes == [1, 1, 1], out
+    # one worker per host, ranks in the order the nodes joined
+    rank1_host = next(h.name for h, o in zip(net.hosts, job.outs, strict=True) if "runs ranks [1]" in o.read_text())
+    expected = (
+        f"diagnosis: ranks 0, 2 wait in all_reduce #3 (group default, float32[4]); rank 1 (host {rank1_host}, pid "
+    )
+    frame = f"never entered it: wait <- hang.py:{line_of('return q.get()')}"
+    for n in range(3):
+        agent = job.outs[n].read_text()
+        # the failure report every node prints names the watchdog scope and carries the diagnosis
+        report = agent[agent.index("root cause") :]
+        assert "watchdog timer 'data_load' expired" in report, agent
+        assert f"hang {expected}" in report, agent
+        assert frame in report, agent
+        failure = json.loads((tmp_path / f"logs{n}" / "failure.json").read_text())
+        assert expected in failure["root_cause"]["reason"]
+        kept = (tmp_path / f"logs{n}" / "hang_report.txt").read_text()  # next to failure.json, on every node
+        assert "watchdog timer 'data_load'" in kept.splitlines()[0]
+        assert expected in kept
+        assert frame in kept

@@ -3,7 +3,8 @@
 Rank 1 misbehaves, the others call ``all_reduce`` after three good ones. MODE:
 ``python_sleep`` (rank 1 waits in a Python function before the all_reduce), ``queue`` (it blocks in
 a data-loader queue), ``all_gather`` (it calls all_gather instead), ``shape`` (its tensor has another
-shape), ``socket`` (it blocks in a socket read: C code without the GIL).
+shape), ``socket`` (it blocks in a socket read: C code without the GIL), ``watchdog`` (it blocks in the
+data-loader queue inside a 2 s watchdog scope: the only mode that imports rallypoint, for the scope).
 """
 
 import os
@@ -50,6 +51,11 @@ def main() -> None:
             wait_for_batch_python()
         elif mode == "queue":
             next_batch(queue.Queue())
+        elif mode == "watchdog":
+            from rallypoint.timer import expires
+
+            with expires(after=2.0, scope="data_load"):
+                next_batch(queue.Queue())
         elif mode == "socket":
             read_from_socket()
         elif mode == "all_gather":

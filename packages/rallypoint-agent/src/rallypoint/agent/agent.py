@@ -55,7 +55,7 @@ from rallypoint.agent.restart_budget import RESTARTS_KEY, RestartBudget
 from rallypoint.agent.settings import AgentResult, AgentSettings, AgentSignal, Outcome, install_signal_handlers
 from rallypoint.agent.waiting import waiting_line
 from rallypoint.agent.warm import WarmLauncher
-from rallypoint.agent.watchdog import WatchdogExpiry, WatchdogServer
+from rallypoint.agent.watchdog import WatchdogExpiry, WatchdogServer, expired_reason
 from rallypoint.agent.workers import WorkerExit, WorkerGroup, WorkerSpec
 from rallypoint.core.errors import RallypointError
 
@@ -510,9 +510,7 @@ class ElasticAgent:
         reason = ex.describe()
         expiry = self._expired.pop(ex.pid, None)
         if expiry is not None:
-            held = expiry.deadline - expiry.acquired_at if expiry.acquired_at == expiry.acquired_at else None
-            reason = f"watchdog timer {expiry.scope!r} expired" + (f" after {held:.3g}s" if held else "")
-            reason += f", killed ({ex.describe()})"
+            reason = expired_reason(expiry, ex.describe(), self._debug.diagnosis)
         return WorkerFailure(
             rank=ex.rank,
             local_rank=ranks.local_rank,
@@ -594,6 +592,7 @@ class ElasticAgent:
         if group is None or expiry.pid not in group.pids.values():
             return
         self._expired[expiry.pid] = expiry
-        self.say(expiry.describe() + "; killing it")
+        self.say(expiry.describe() + "; gathering every worker's stacks (debug stacks), then killing it")
+        self._debug.report_hang(expiry.describe(), self.say)  # before the kill: the hang is still there
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(expiry.pid, signal.SIGKILL)

@@ -4,7 +4,8 @@
 when the agent gives the worker ``RALLYPOINT_DEBUG_DIR``. Two things are set up:
 
 * **Stacks on request**: :func:`faulthandler.register` for :data:`DUMP_SIGNAL` (a real-time
-  signal nothing else uses), writing into ``<dir>/rank_<RANK>.stacks`` (opened for appending).
+  signal nothing else uses), writing into ``<dir>/rank_<RANK>.stacks`` (started anew by each worker:
+  a later round with the same attempt number reuses the directory).
   The dump is written by the signal handler in C: it needs no GIL, so a worker whose threads are
   all stuck in C code (a collective, a blocking read, ``time.sleep``) still answers with every
   thread's Python frames. While nobody asks it costs nothing: a handler is registered, no
@@ -70,7 +71,7 @@ _state: dict[str, Any] = {}
 
 def _stacks(directory: str, rank: str) -> None:
     path = os.path.join(directory, f"rank_{rank}.stacks")
-    f = open(path, "a", buffering=1)  # noqa: SIM115 - kept open for the worker's life: the handler writes into it
+    f = open(path, "w", buffering=1)  # noqa: SIM115 - kept open for the worker's life: the handler writes into it
     faulthandler.register(DUMP_SIGNAL, file=f, all_threads=True, chain=False)
     f.write(f"# rallypoint stacks pid={os.getpid()}\n")  # after register: the agent signals only a ready worker
     _state["stacks"] = f

@@ -15,6 +15,7 @@ import os
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -49,6 +50,8 @@ class DebugService:
         self._group: WorkerGroup | None = None
         self._local: dict[int, int] = {}
         self._dir: Path | None = None
+        #: The diagnosis line of the last hang this node reported or was told of (``None``: none yet).
+        self.diagnosis: str | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._serve, name="rallypoint-debug", daemon=True)
         self._answered: str | None = None
@@ -91,6 +94,42 @@ class DebugService:
         self.backend.set(debug_reply_key(request_id, self.node_id), reply, ttl=ttl)
         return reply
 
+    def _log_dir(self) -> Path | None:
+        """The log directory (the workers' debug directory is ``<log dir>/attempt_N/debug``)."""
+        return self._dir.parent.parent if self._dir is not None else None
+
+    def report_hang(self, why: str, say: Callable[[str], None], *, timeout: float = 3.0) -> str:
+        """Gather every node's workers now, write the hang report, publish it; the diagnosis line."""
+        from rallypoint.agent.debug_hang import make_report, write_report
+
+        started = time.monotonic()
+        try:
+            rid = request(self.backend, why, hang_of=self.node_id)
+            answers, missing = gather(self.backend, rid, timeout=timeout)
+        except Exception as exc:  # noqa: BLE001 - the backend is away: this node's workers only
+            rid, missing = "local", [f"every other node ({type(exc).__name__}: {exc})"]
+            answers = [{"node": self.node_id, "host": self.host, "workers": self.collect()}]
+        report = make_report(self.backend, rid, why, answers, missing)
+        self.diagnosis = report["diagnosis"]
+        log_dir = self._log_dir()
+        path = write_report(log_dir, report) if log_dir is not None else None
+        say(f"{self.diagnosis} (gathered in {time.monotonic() - started:.1f}s; report: {path})")
+        return self.diagnosis
+
+    def _keep(self, rid: str) -> None:
+        """Another node saw a hang: keep its report next to this node's failure.json (in a thread)."""
+        from rallypoint.agent.debug_hang import keep_report
+
+        log_dir = self._log_dir()
+        if log_dir is None:
+            return
+
+        def keep() -> None:
+            with contextlib.suppress(Exception):
+                self.diagnosis = keep_report(self.backend, rid, log_dir) or self.diagnosis
+
+        threading.Thread(target=keep, name="rallypoint-debug-keep", daemon=True).start()
+
     def _serve(self) -> None:
         version = None
         while not self._stop.is_set():
@@ -102,17 +141,25 @@ class DebugService:
                     if rid and rid != self._answered:
                         self._answered = rid
                         self.answer(rid)
+                        if entry.value.get("hang") and entry.value.get("node") != self.node_id:
+                            self._keep(rid)
                 self.backend.watch(DEBUG_REQUEST_KEY, version=version, timeout=1.0)
             except Exception as exc:  # noqa: BLE001 - the backend may be away for a while: retry
                 log.debug("debug service: %s", exc)
                 self._stop.wait(1.0)
 
 
-def request(backend: RendezvousBackend, by: str) -> str:
-    """Ask every agent of the run for its workers; the request's id."""
+def request(backend: RendezvousBackend, by: str, *, hang_of: str | None = None) -> str:
+    """Ask every agent of the run for its workers; the request's id.
+
+    ``hang_of``: the node that saw a hang and will publish the report (the others keep it).
+    """
     rid = uuid.uuid4().hex[:12]
     ttl = REPLY_TTL if getattr(backend, "supports_ttl", False) else None
-    backend.set(DEBUG_REQUEST_KEY, {"id": rid, "by": by, "time": time.time()}, ttl=ttl)
+    value: dict[str, Any] = {"id": rid, "by": by, "time": time.time()}
+    if hang_of is not None:
+        value.update(hang=True, node=hang_of)
+    backend.set(DEBUG_REQUEST_KEY, value, ttl=ttl)
     return rid
 
 

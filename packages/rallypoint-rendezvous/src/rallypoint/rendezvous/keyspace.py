@@ -21,7 +21,9 @@ Every value is JSON (never pickled) and carries only what the protocol in
 * ``debug/request``: the last request for the workers' stacks (``rallypoint debug stacks``, or an
   agent that saw a hang), watched by every agent (:mod:`rallypoint.agent.debug_service`);
 * ``debug/reply/<request>/<node>``: a node's answer to that request (its workers' stacks,
-  flight records and process states).
+  flight records and process states);
+* ``debug/hang/<request>``: the report an agent that saw a hang made of the answers to its
+  request (every node writes it next to its ``failure.json``).
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ __all__ = [
     "Member",
     "NodeInfo",
     "count_key",
+    "debug_hang_key",
     "debug_reply_key",
     "debug_reply_prefix",
     "heartbeat_key",
@@ -70,6 +73,11 @@ DEBUG_REQUEST_KEY = "debug/request"
 def debug_reply_prefix(request_id: str) -> str:
     """Prefix of the nodes' answers to the debug request ``request_id``."""
     return f"debug/reply/{request_id}/"
+
+
+def debug_hang_key(request_id: str) -> str:
+    """Key of the hang report made from the answers to the debug request ``request_id``."""
+    return f"debug/hang/{request_id}"
 
 
 def debug_reply_key(request_id: str, node_id: str) -> str:
