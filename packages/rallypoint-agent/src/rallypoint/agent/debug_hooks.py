@@ -101,22 +101,38 @@ class FlightRecorder:
         dims: tuple[int, ...] = ()
         dtype = b""
         if tensor is not None:
-            t = tensor[0] if isinstance(tensor, list) and tensor else tensor
+            t = tensor[0] if type(tensor) is list and tensor else tensor
             shape = getattr(t, "shape", None)
             if shape is not None:
-                dims = tuple(shape)[:6]
-                dtype = str(t.dtype)[6:].encode()  # "torch.float32" -> "float32"
-        offset = HEADER_SIZE + (self.count % SLOTS) * SLOT.size
-        SLOT.pack_into(
-            self.buf, offset, seq, time.time(), 0.0, op, dtype, g[0], len(dims), *dims, *(0,) * (6 - len(dims))
-        )
-        self.count += 1
-        HEADER.pack_into(self.buf, 0, self.count)
+                dims = tuple(shape)
+                dtype = _DTYPES.get(t.dtype) or _dtype_name(t.dtype)
+        n = len(dims)
+        count = self.count
+        offset = HEADER_SIZE + (count % SLOTS) * SLOT.size
+        if n == 1:  # the common case, without building the padded tuple
+            _pack(self.buf, offset, seq, time.time(), 0.0, op, dtype, g[0], 1, dims[0], 0, 0, 0, 0, 0)
+        else:
+            dims = dims[:6] if n > 6 else dims + _PADS[n]
+            _pack(self.buf, offset, seq, time.time(), 0.0, op, dtype, g[0], min(n, 6), *dims)
+        self.count = count + 1
+        _pack_header(self.buf, 0, count + 1)
         return offset
 
     def end(self, offset: int, issued: bool) -> None:
         """The call at ``offset`` returned (``issued``: it only started asynchronous work)."""
-        struct.pack_into("<d", self.buf, offset + 16, -1.0 if issued else time.time())
+        _pack_time(self.buf, offset + 16, -1.0 if issued else time.time())
+
+
+_pack = SLOT.pack_into
+_pack_header = HEADER.pack_into
+_pack_time = struct.Struct("<d").pack_into
+_PADS = [(0,) * (6 - n) for n in range(7)]
+_DTYPES: dict[Any, bytes] = {}
+
+
+def _dtype_name(dtype: Any) -> bytes:
+    name = _DTYPES[dtype] = str(dtype).removeprefix("torch.").encode()[:16]
+    return name
 
 
 def _group_name(group: Any) -> bytes:
