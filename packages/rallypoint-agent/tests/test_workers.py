@@ -548,3 +548,41 @@ def test_a_sentinel_that_cannot_start_is_reported_once_and_stops_nothing(monkeyp
     err = capsys.readouterr().err
     assert err.count("cannot start the worker sentinel (sys.executable is unknown)") == 1
     assert "may outlive an agent killed with SIGKILL" in err
+
+
+def test_a_worker_that_sigkill_does_not_end_is_named_and_not_waited_for(monkeypatch, tmp_path):
+    """A worker in state D outlives SIGKILL: stop() names it, says the host needs attention, and returns.
+
+    Simulated: the kill of the sessions is replaced by nothing (the worker ignores SIGTERM), so the
+    worker stays alive past SIGKILL as a process stuck in the kernel would. Before #40, stop()
+    then waited for it forever (it reaped every worker before raising).
+    """
+    monkeypatch.setattr(workers_mod, "KILL_WAIT", 0.5)
+    monkeypatch.setattr(workers_mod.sentinel, "kill_sessions", lambda sids: None)
+    ready = tmp_path / "ready"
+    code = READY + "import signal\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nready()\ntime.sleep(60)\n"
+    group = WorkerGroup()
+    group.start([WorkerSpec(rank=3, argv=[sys.executable, "-c", code, str(ready)])])
+    pid = int(wait_for_file(ready))
+    raised: list[BaseException] = []
+
+    def stop() -> None:
+        try:
+            group.stop(grace=0.2)
+        except RallypointError as exc:
+            raised.append(exc)
+
+    stopper = threading.Thread(target=stop, daemon=True)
+    stopper.start()
+    stopper.join(15)
+    try:
+        assert not stopper.is_alive(), "stop() waited for a worker that SIGKILL did not end"
+        assert len(raised) == 1
+        assert isinstance(raised[0], workers_mod.UnkillableWorkers)
+        assert raised[0].pids == {3: pid}
+        message = str(raised[0])
+        assert f"rank 3 pid {pid} (state S, wchan " in message
+        assert "this host needs attention" in message
+    finally:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)

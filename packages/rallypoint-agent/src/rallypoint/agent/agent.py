@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, TextIO
 from rallypoint.agent import console
 from rallypoint.agent import rejoin as rejoining
 from rallypoint.agent.colour import agent_line
+from rallypoint.agent.debug_service import DebugService
 from rallypoint.agent.env import WorkerContext, worker_environment
 from rallypoint.agent.error_files import read_error_file
 from rallypoint.agent.exit_barrier import exit_barrier
@@ -54,7 +55,7 @@ from rallypoint.agent.restart_budget import RESTARTS_KEY, RestartBudget
 from rallypoint.agent.settings import AgentResult, AgentSettings, AgentSignal, Outcome, install_signal_handlers
 from rallypoint.agent.waiting import waiting_line
 from rallypoint.agent.warm import WarmLauncher
-from rallypoint.agent.watchdog import WatchdogExpiry, WatchdogServer
+from rallypoint.agent.watchdog import WatchdogExpiry, WatchdogServer, expired_reason
 from rallypoint.agent.workers import WorkerExit, WorkerGroup, WorkerSpec
 from rallypoint.core.errors import RallypointError
 
@@ -122,6 +123,7 @@ class ElasticAgent:
         self._gap = 0.0  # and how long the backend had not answered before that read
         self._not_shown_said = 0  # console lines not shown since run() began, as last reported
         self._not_shown_before = 0  # ... and the process's count when it began
+        self._debug = DebugService(self.backend, handler.node_id, self.host)  # answers `rallypoint debug stacks`
 
     # -- messages ----------------------------------------------------------------------------
     def say(self, message: str) -> None:
@@ -178,6 +180,7 @@ class ElasticAgent:
         try:
             self._warm.start()  # with modules to preload, the warm process imports them while the rendezvous runs
             self._start_watchdog()
+            self._debug.start()
             return self._loop()
         except AgentSignal as sig:
             if not sig.announced:  # between attempts: no worker of this node runs
@@ -190,6 +193,7 @@ class ElasticAgent:
             if self._group is not None:
                 self._group.stop(grace=self.settings.stop_grace)
             self._warm.close()
+            self._debug.stop()
             with contextlib.suppress(Exception):
                 self.handler.shutdown()
             if self._watchdog is not None:
@@ -389,6 +393,7 @@ class ElasticAgent:
             extra = dict(self.settings.worker_env)
             if self._watchdog is not None:
                 extra.update(self._watchdog.worker_env(w.rank))
+            extra["RALLYPOINT_DEBUG_DIR"] = str(attempt_dir / "debug")  # stacks and flight record (#40)
             if self.settings.timeline:
                 extra["RALLYPOINT_TIMELINE_FILE"] = str(attempt_dir / "timeline" / f"rank_{w.rank}.jsonl")
             env = worker_environment(ctx, base=os.environ, extra=extra, plugin_env=plugin_env)
@@ -420,6 +425,7 @@ class ElasticAgent:
             )
         group = WorkerGroup(logs=logs, warm=self._warm)
         self._group = group
+        self._debug.follow(group, {rank: w.local_rank for rank, w in contexts.items()}, attempt_dir / "debug")
         # Worker rank 0 serves the env:// store. torch's clients back off for about half a second
         # when they find no server yet, so the store's worker starts a moment before the others.
         head_start = self.settings.store_head_start if 0 in contexts and len(specs) > 1 else 0.0
@@ -500,9 +506,7 @@ class ElasticAgent:
         reason = ex.describe()
         expiry = self._expired.pop(ex.pid, None)
         if expiry is not None:
-            held = expiry.deadline - expiry.acquired_at if expiry.acquired_at == expiry.acquired_at else None
-            reason = f"watchdog timer {expiry.scope!r} expired" + (f" after {held:.3g}s" if held else "")
-            reason += f", killed ({ex.describe()})"
+            reason = expired_reason(expiry, ex.describe(), self._debug.diagnosis)
         return WorkerFailure(
             rank=ex.rank,
             local_rank=ranks.local_rank,
@@ -584,6 +588,7 @@ class ElasticAgent:
         if group is None or expiry.pid not in group.pids.values():
             return
         self._expired[expiry.pid] = expiry
-        self.say(expiry.describe() + "; killing it")
+        self.say(expiry.describe() + "; gathering every worker's stacks (debug stacks), then killing it")
+        self._debug.report_hang(expiry.describe(), self.say)  # before the kill: the hang is still there
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(expiry.pid, signal.SIGKILL)

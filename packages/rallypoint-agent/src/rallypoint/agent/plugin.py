@@ -56,7 +56,7 @@ def rallypoint_rank_strategies() -> Iterable[RankStrategyRecord]:
 
 @hookimpl
 def rallypoint_cli_commands() -> Iterable[CliCommand]:
-    """``rallypoint run``, ``rallypoint status`` and ``rallypoint warm``."""
+    """``rallypoint run``, ``rallypoint status``, ``rallypoint debug`` and ``rallypoint warm``."""
     return [
         CliCommand(
             name="run",
@@ -67,6 +67,11 @@ def rallypoint_cli_commands() -> Iterable[CliCommand]:
             name="status",
             summary="Show a running job's round, members, waiting nodes and restarts.",
             command="rallypoint.agent.cli:status",
+        ),
+        CliCommand(
+            name="debug",
+            summary="Look inside a running job: every worker's stacks and collectives (debug stacks).",
+            command="rallypoint.agent.debug_cli:debug",
         ),
         CliCommand(
             name="warm",

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Protocol
 
-__all__ = ["WatchdogExpiry", "WatchdogServer"]
+__all__ = ["WatchdogExpiry", "WatchdogServer", "expired_reason"]
 
 
 class WatchdogExpiry(Protocol):
@@ -50,3 +50,14 @@ class WatchdogServer(Protocol):
 
     def stop(self) -> None:
         """Stop serving."""
+
+
+def expired_reason(expiry: WatchdogExpiry, killed: str, diagnosis: str | None = None) -> str:
+    """The failure reason of a worker killed because its timer expired (``killed``: how it ended).
+
+    ``diagnosis``: the hang's diagnosis line (:mod:`rallypoint.agent.debug_hang`), added when known.
+    """
+    held = expiry.deadline - expiry.acquired_at if expiry.acquired_at == expiry.acquired_at else None
+    reason = f"watchdog timer {expiry.scope!r} expired" + (f" after {held:.3g}s" if held else "")
+    reason += f", killed ({killed})"
+    return reason + (f"; hang {diagnosis}" if diagnosis else "")

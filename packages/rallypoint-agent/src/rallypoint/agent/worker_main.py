@@ -163,6 +163,7 @@ def run_main(kind: str, target: str, args: list[str]) -> NoReturn:
     """
     status = 0
     interrupted = False
+    _install_debug_hooks()
     sys.argv = [target, *args]
     try:
         if kind == "module":
@@ -177,6 +178,23 @@ def run_main(kind: str, target: str, args: list[str]) -> NoReturn:
         sys.excepthook(type(exc), exc.with_traceback(tb), tb)
         status = 1
     _finish(status, interrupted)
+
+
+def _install_debug_hooks() -> None:
+    """With ``RALLYPOINT_DEBUG_DIR``: stacks on request and the collective flight record (``debug_hooks.py``)."""
+    directory = os.environ.get("RALLYPOINT_DEBUG_DIR")
+    if not directory:
+        return
+    import importlib.util
+
+    path = os.path.join(os.path.dirname(PATH), "debug_hooks.py")
+    spec = importlib.util.spec_from_file_location("_rallypoint_debug_hooks", path)
+    if spec is None or spec.loader is None:
+        return
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    module.install(directory, os.environ.get("RANK", str(os.getpid())))
 
 
 def _flush_open_files() -> None:

@@ -75,7 +75,9 @@ from rallypoint.agent.worker_errors import WorkerStartError
 from rallypoint.core.errors import RallypointError
 
 __all__ = [
+    "KILL_WAIT",
     "PDEATHSIG_SUPPORTED",
+    "UnkillableWorkers",
     "WorkerExit",
     "WorkerGroup",
     "WorkerSpec",
@@ -116,6 +118,32 @@ def _wait_no_reap(popen: subprocess.Popen[bytes] | WarmProcess) -> int:
                     return info.si_status
                 return -info.si_status  # CLD_KILLED / CLD_DUMPED
     return popen.wait()
+
+
+#: Seconds :meth:`WorkerGroup.stop` waits for the workers after SIGKILL before it gives up on them.
+KILL_WAIT = 10.0
+
+
+class UnkillableWorkers(RallypointError):
+    """Workers that SIGKILL did not end (stuck in the kernel, state ``D``): the host needs attention.
+
+    Attributes:
+        pids: ``rank -> pid`` of those workers.
+    """
+
+    def __init__(self, pids: dict[int, int]) -> None:
+        from rallypoint.agent.debug_collect import proc_state
+
+        self.pids = dict(pids)
+        described = []
+        for rank, pid in sorted(self.pids.items()):
+            tasks = proc_state(pid).get("tasks") or []
+            main = next((t for t in tasks if t["tid"] == pid), {"state": "?", "wchan": ""})
+            described.append(f"rank {rank} pid {pid} (state {main['state']}, wchan {main['wchan'] or '?'})")
+        super().__init__(
+            f"worker(s) {', '.join(described)} did not exit {KILL_WAIT:g} s after SIGKILL: stuck in the kernel; "
+            "this host needs attention (ps -o pid,stat,wchan -p PID; dmesg). The agent stopped waiting for them."
+        )
 
 
 @dataclass(frozen=True)
@@ -479,17 +507,17 @@ class WorkerGroup:
             popens = [w.popen for w in self._workers.values()]
         # Unreaped workers keep their pids, so their session ids name nobody else.
         sentinel.kill_sessions(p.pid for p in popens if p.returncode is None)
-        exits = self.wait(10.0)
+        exits = self.wait(KILL_WAIT)
+        stuck = {} if exits is not None else {r: w.popen.pid for r, w in self._workers.items() if r in self.running()}
         for popen in popens:
+            if popen.pid in stuck.values():
+                continue  # SIGKILL did not end it (state D): waiting for it would hang the agent
             if popen.returncode is None and self._sentinel is not None:
                 self._sentinel.unregister(popen.pid)  # killed: the sentinel may forget it
             with contextlib.suppress(ChildProcessError):
                 popen.wait()  # reap: every exit is known, so this does not block
-        if exits is None:  # pragma: no cover - SIGKILL is not ignorable; only an unkillable D-state
-            raise RallypointError(
-                f"workers {self.running()} did not exit 10 s after SIGKILL (stuck in the kernel?); "
-                "check them with ps and dmesg"
-            )
+        if exits is None:
+            raise UnkillableWorkers(stuck)
         return exits
 
     def __del__(self) -> None:

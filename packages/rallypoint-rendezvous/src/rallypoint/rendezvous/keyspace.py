@@ -17,7 +17,13 @@ Every value is JSON (never pickled) and carries only what the protocol in
 * ``hb/<node>``: a node's heartbeat record, rewritten every ``heartbeat_interval``;
 * ``ticket``: the job-wide arrival counter;
 * ``job``: the job's fingerprint (what it runs), written by its first node and compared by
-  every node that joins, so that two different jobs given the same run id never merge.
+  every node that joins, so that two different jobs given the same run id never merge;
+* ``debug/request``: the last request for the workers' stacks (``rallypoint debug stacks``, or an
+  agent that saw a hang), watched by every agent (:mod:`rallypoint.agent.debug_service`);
+* ``debug/reply/<request>/<node>``: a node's answer to that request (its workers' stacks,
+  flight records and process states);
+* ``debug/hang/<request>``: the report an agent that saw a hang made of the answers to its
+  request (every node writes it next to its ``failure.json``).
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from rallypoint.rendezvous.errors import RendezvousStateError
 
 __all__ = [
     "CLOSED_KEY",
+    "DEBUG_REQUEST_KEY",
     "FORMAT",
     "HEADER_KEY",
     "JOB_KEY",
@@ -40,6 +47,9 @@ __all__ = [
     "Member",
     "NodeInfo",
     "count_key",
+    "debug_hang_key",
+    "debug_reply_key",
+    "debug_reply_prefix",
     "heartbeat_key",
     "join_key",
     "join_prefix",
@@ -56,6 +66,23 @@ CLOSED_KEY = "round/closed"
 ROUND_PREFIX = "round/"
 TICKET_KEY = "ticket"
 JOB_KEY = "job"
+#: The last debug request (see the module docstring).
+DEBUG_REQUEST_KEY = "debug/request"
+
+
+def debug_reply_prefix(request_id: str) -> str:
+    """Prefix of the nodes' answers to the debug request ``request_id``."""
+    return f"debug/reply/{request_id}/"
+
+
+def debug_hang_key(request_id: str) -> str:
+    """Key of the hang report made from the answers to the debug request ``request_id``."""
+    return f"debug/hang/{request_id}"
+
+
+def debug_reply_key(request_id: str, node_id: str) -> str:
+    """Key of ``node_id``'s answer to the debug request ``request_id``."""
+    return f"debug/reply/{request_id}/{node_id}"
 
 
 def count_key(round_: int) -> str:

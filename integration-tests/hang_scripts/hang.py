@@ -1,0 +1,71 @@
+"""A plain torch.distributed script (no rallypoint import) in which one rank hangs: ``hang.py MODE``.
+
+Rank 1 misbehaves, the others call ``all_reduce`` after three good ones. MODE:
+``python_sleep`` (rank 1 waits in a Python function before the all_reduce), ``queue`` (it blocks in
+a data-loader queue), ``all_gather`` (it calls all_gather instead), ``shape`` (its tensor has another
+shape), ``socket`` (it blocks in a socket read: C code without the GIL), ``watchdog`` (it blocks in the
+data-loader queue inside a 2 s watchdog scope: the only mode that imports rallypoint, for the scope).
+"""
+
+import os
+import queue
+import socket
+import sys
+import threading
+import time
+
+import torch
+import torch.distributed as dist
+
+
+def wait_for_batch_python() -> None:
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:
+        sum(range(1000))
+
+
+def next_batch(q: queue.Queue) -> object:
+    return q.get()
+
+
+def read_from_socket() -> bytes:
+    a, _b = socket.socketpair()
+    return a.recv(1)
+
+
+def prefetch(stop: threading.Event) -> None:
+    stop.wait()
+
+
+def main() -> None:
+    mode = sys.argv[1]
+    threading.Thread(target=prefetch, args=(threading.Event(),), daemon=True).start()  # a second Python thread
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    t = torch.ones(4)
+    for _ in range(3):
+        dist.all_reduce(t)
+    print(f"rank {rank} ready", flush=True)
+    if rank == 1:
+        if mode == "python_sleep":
+            wait_for_batch_python()
+        elif mode == "queue":
+            next_batch(queue.Queue())
+        elif mode == "watchdog":
+            from rallypoint.timer import expires
+
+            with expires(after=2.0, scope="data_load"):
+                next_batch(queue.Queue())
+        elif mode == "socket":
+            read_from_socket()
+        elif mode == "all_gather":
+            out = [torch.zeros(4) for _ in range(dist.get_world_size())]
+            dist.all_gather(out, t)
+        elif mode == "shape":
+            dist.all_reduce(torch.ones(2))
+    dist.all_reduce(t)  # the fourth: where the others wait
+    time.sleep(float(os.environ.get("HANG_END_SLEEP", "0")))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,194 @@
+"""``rallypoint debug stacks`` on hung jobs (issue #40): each hang diagnosed with rank, host and frame.
+
+The jobs run ``hang_scripts/hang.py``, a plain torch.distributed script (no rallypoint import, as
+a torchrun user would write it): rank 1 misbehaves after three all_reduce calls, the others wait
+in the fourth. The command runs from the test process, which reaches the job only through its
+file rendezvous backend.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import netns
+import pytest
+from ddp_jobs import clean_env
+
+SCRIPT = Path(__file__).parent / "hang_scripts" / "hang.py"
+CLI = [sys.executable, "-c", "from rallypoint.core.cli import entrypoint; entrypoint()"]
+
+
+def line_of(text: str) -> int:
+    """The line of ``hang.py`` that holds ``text``."""
+    return next(n for n, line in enumerate(SCRIPT.read_text().splitlines(), 1) if text in line)
+
+
+class HungJob:
+    """One ``rallypoint run`` of hang.py per host, until every rank printed that it is ready."""
+
+    def __init__(
+        self, tmp: Path, mode: str, *, nproc: int, hosts: list[netns.Host] | None = None, extra: tuple[str, ...] = ()
+    ) -> None:
+        self.tmp = tmp
+        self.rdzv = tmp / "rdzv"
+        self.run_id = f"hang-{mode}"
+        self.procs: list[subprocess.Popen[str]] = []
+        self.outs: list[Path] = []
+        nnodes = len(hosts) if hosts else 1
+        for n, host in enumerate(hosts or [None]):
+            out = tmp / f"agent{n}.out"
+            argv = [
+                *CLI, "run", "--nnodes", str(nnodes), "--nproc-per-node", str(nproc), "--max-restarts", "0",
+                "--rdzv-backend", "file", "--rdzv-endpoint", str(self.rdzv), "--run-id", self.run_id,
+                "--log-dir", str(tmp / f"logs{n}"), "--monitor-interval", "0.1",
+            ]  # fmt: skip
+            if host is not None:
+                argv += ["--local-addr", host.addr]
+            argv += [*extra, str(SCRIPT), mode]
+            with out.open("w") as f:
+                kwargs = {"cwd": tmp, "env": clean_env(), "stdout": f, "stderr": subprocess.STDOUT, "text": True}
+                proc = host.popen(argv, **kwargs) if host is not None else subprocess.Popen(argv, **kwargs)
+            self.procs.append(proc)
+            self.outs.append(out)
+        self.world = nproc * nnodes
+
+    def output(self) -> str:
+        return "\n".join(out.read_text() for out in self.outs)
+
+    def wait_ready(self, timeout: float = 90) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            text = self.output()
+            if all(f"rank {r} ready" in text for r in range(self.world)):
+                time.sleep(1.0)  # the others reach the fourth all_reduce
+                return
+            assert all(p.poll() is None for p in self.procs), f"the job ended early:\n{text}"
+            time.sleep(0.2)
+        pytest.fail(f"the job did not start in {timeout}s:\n{self.output()}")
+
+    def stacks(self, *args: str) -> tuple[subprocess.CompletedProcess[str], float]:
+        argv = [*CLI, "debug", "stacks", "--rdzv-backend", "file", "--rdzv-endpoint", str(self.rdzv)]
+        started = time.monotonic()
+        done = subprocess.run(
+            [*argv, "--run-id", self.run_id, *args], capture_output=True, text=True, timeout=30, check=False
+        )
+        return done, time.monotonic() - started
+
+    def stop(self) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for p in self.procs:
+            try:
+                p.wait(30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+
+
+@pytest.fixture
+def jobs(tmp_path: Path) -> Iterator[list[HungJob]]:
+    made: list[HungJob] = []
+    yield made
+    for job in made:
+        job.stop()
+
+
+EXPECTED = {
+    # rank 1's part of the diagnosis line, after "rank 1 (host H, pid P) "
+    "python_sleep": f"never entered it: wait_for_batch_python at hang.py:{line_of('sum(range(1000))')}",
+    "queue": f"never entered it: wait <- hang.py:{line_of('return q.get()')}",
+    "socket": f"never entered it: read_from_socket at hang.py:{line_of('return a.recv(1)')} [S in the kernel: ",
+    "all_gather": "called all_gather #3 (group default, float32[4]) instead (mismatched op)",
+    "shape": "entered it with all_reduce #3 (group default, float32[2]) (mismatched dtype or shape)",
+}
+
+
+@pytest.mark.parametrize("mode", sorted(EXPECTED))
+def test_debug_stacks_names_the_hung_rank_its_host_and_its_frame(
+    mode: str, tmp_path: Path, jobs: list[HungJob]
+) -> None:
+    job = HungJob(tmp_path, mode, nproc=3)
+    jobs.append(job)
+    job.wait_ready()
+    done, took = job.stacks()
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert took < 5.0, f"debug stacks took {took:.1f}s"
+    lines = done.stdout.splitlines()
+    diagnosis = next(line for line in lines if line.startswith("diagnosis:"))
+    assert diagnosis.startswith("diagnosis: ranks 0, 2 wait in all_reduce #3 (group default, float32[4]); rank 1 ")
+    host = os.uname().nodename
+    assert f"rank 1 (host {host}, pid " in diagnosis
+    assert EXPECTED[mode] in diagnosis, done.stdout
+    others = 3
+    if mode == "shape":  # rank 1 went on to the next all_reduce, from the same line: one stack for all
+        assert lines[0].startswith(f"ranks 0-2: all_reduce <- hang.py:{line_of('# the fourth')}")
+    else:  # the odd one comes first, with its host and pid; the two waiting ranks are folded into one
+        assert lines[0].startswith("rank 1: "), done.stdout
+        assert f"({host} pid " in lines[0], done.stdout
+        assert any(line.startswith("ranks 0, 2: all_reduce <- hang.py:") for line in lines), done.stdout
+        others = 2
+    # every Python thread is reported, not only the main one (the prefetch thread of each rank)
+    assert f"    + {others} other thread(s): wait <- hang.py:{line_of('stop.wait()')}" in lines, done.stdout
+
+
+def test_debug_stacks_across_three_hosts_from_outside_the_job(hosts, tmp_path: Path, jobs: list[HungJob]) -> None:
+    net = hosts(3)
+    job = HungJob(tmp_path, "socket", nproc=2, hosts=net.hosts)
+    jobs.append(job)
+    job.wait_ready()
+    done, took = job.stacks("--json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert took < 5.0, f"debug stacks took {took:.1f}s"
+    doc = json.loads(done.stdout)
+    print(f"debug stacks, 3 hosts x 2 workers: {took:.2f}s for the command, {doc['seconds']}s request to answers")
+    workers = {w["rank"]: w for w in doc["workers"]}
+    assert sorted(workers) == list(range(6))
+    assert {w["host"] for w in workers.values()} == {h.name for h in net.hosts}
+    assert all(w["dumped"] and w["threads"] for w in workers.values())  # the socket reader answered too
+    assert workers[1]["flight"][-1]["op"] == "all_reduce"
+    assert workers[1]["flight"][-1]["seq"] == 2
+    text, took = job.stacks()
+    diagnosis = next(line for line in text.stdout.splitlines() if line.startswith("diagnosis:"))
+    host = workers[1]["host"]
+    assert diagnosis.startswith("diagnosis: ranks 0, 2-5 wait in all_reduce #3"), text.stdout
+    assert f"rank 1 (host {host}, pid {workers[1]['pid']}) never entered it: read_from_socket at hang.py:" in diagnosis
+    assert took < 5.0
+
+
+def test_a_watchdog_expiry_gathers_the_report_on_every_host_before_the_kill(
+    hosts, tmp_path: Path, jobs: list[HungJob]
+) -> None:
+    net = hosts(3)
+    extra = ("--set", "timer.watchdog=file", "--set", "rendezvous.heartbeat_timeout=60s")  # a loaded machine
+    job = HungJob(tmp_path, "watchdog", nproc=1, hosts=net.hosts, extra=extra)
+    jobs.append(job)
+    codes = [p.wait(120) for p in job.procs]
+    out = job.output()
+    assert codes == [1, 1, 1], out
+    # one worker per host, ranks in the order the nodes joined
+    rank1_host = next(h.name for h, o in zip(net.hosts, job.outs, strict=True) if "runs ranks [1]" in o.read_text())
+    expected = (
+        f"diagnosis: ranks 0, 2 wait in all_reduce #3 (group default, float32[4]); rank 1 (host {rank1_host}, pid "
+    )
+    frame = f"never entered it: wait <- hang.py:{line_of('return q.get()')}"
+    for n in range(3):
+        agent = job.outs[n].read_text()
+        # the failure report every node prints names the watchdog scope and carries the diagnosis
+        report = agent[agent.index("root cause") :]
+        assert "watchdog timer 'data_load' expired" in report, agent
+        assert f"hang {expected}" in report, agent
+        assert frame in report, agent
+        failure = json.loads((tmp_path / f"logs{n}" / "failure.json").read_text())
+        assert expected in failure["root_cause"]["reason"]
+        kept = (tmp_path / f"logs{n}" / "hang_report.txt").read_text()  # next to failure.json, on every node
+        assert "watchdog timer 'data_load'" in kept.splitlines()[0]
+        assert expected in kept
+        assert frame in kept

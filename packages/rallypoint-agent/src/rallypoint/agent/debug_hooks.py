@@ -1,0 +1,218 @@
+"""What a worker installs at start so that the agent can see what it is doing (issue #40).
+
+:mod:`rallypoint.agent.worker_main` loads this file by path (it imports nothing of rallypoint)
+when the agent gives the worker ``RALLYPOINT_DEBUG_DIR``. Two things are set up:
+
+* **Stacks on request**: :func:`faulthandler.register` for :data:`DUMP_SIGNAL` (a real-time
+  signal nothing else uses), writing into ``<dir>/rank_<RANK>.stacks`` (started anew by each worker:
+  a later round with the same attempt number reuses the directory).
+  The dump is written by the signal handler in C: it needs no GIL, so a worker whose threads are
+  all stuck in C code (a collective, a blocking read, ``time.sleep``) still answers with every
+  thread's Python frames. While nobody asks it costs nothing: a handler is registered, no
+  thread runs, no timer ticks.
+* **A collective flight record**: the collectives of ``torch.distributed`` (and so of the
+  rallypoint facade, which calls them) are wrapped when ``torch.distributed`` is imported,
+  and each call is written into a ring of :data:`SLOTS` fixed-size slots of a memory-mapped file
+  ``<dir>/rank_<RANK>.flight``: sequence number per group, op, dtype, shape, group, start and end
+  time. The agent reads the file without the worker's help, whatever the worker is doing.
+
+The file layout (shared with :mod:`rallypoint.agent.debug_flight`): a header of
+:data:`HEADER_SIZE` bytes (``<q``: how many records were ever written), then :data:`SLOTS` slots of
+:data:`SLOT.size` bytes. A record's end time is ``0.0`` while the call runs, and ``-1.0`` when
+it was started asynchronously (``async_op=True``) and returned its work handle.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import functools
+import mmap
+import os
+import signal
+import struct
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["DUMP_SIGNAL", "HEADER_SIZE", "SLOT", "SLOTS", "install"]
+
+#: The signal a worker dumps its threads' stacks on (SIGRTMIN+5: no library here uses it).
+DUMP_SIGNAL = signal.SIGRTMIN + 5
+#: Collectives kept per worker.
+SLOTS = 64
+#: One record: seq, start, end, op, dtype, group, ndim, up to 6 dims.
+SLOT = struct.Struct("<qdd16s16s24sq6q")
+HEADER = struct.Struct("<q")
+HEADER_SIZE = 64
+
+#: torch.distributed calls recorded (those that exist in the installed torch).
+COLLECTIVES = (
+    "all_reduce",
+    "all_gather",
+    "all_gather_into_tensor",
+    "all_gather_object",
+    "all_to_all",
+    "all_to_all_single",
+    "barrier",
+    "broadcast",
+    "broadcast_object_list",
+    "gather",
+    "reduce",
+    "reduce_scatter",
+    "reduce_scatter_tensor",
+    "scatter",
+    "send",
+    "recv",
+)
+
+_state: dict[str, Any] = {}
+
+
+def _stacks(directory: str, rank: str) -> None:
+    path = os.path.join(directory, f"rank_{rank}.stacks")
+    f = open(path, "w", buffering=1)  # noqa: SIM115 - kept open for the worker's life: the handler writes into it
+    faulthandler.register(DUMP_SIGNAL, file=f, all_threads=True, chain=False)
+    f.write(f"# rallypoint stacks pid={os.getpid()}\n")  # after register: the agent signals only a ready worker
+    _state["stacks"] = f
+
+
+class FlightRecorder:
+    """The ring of collective records in a memory-mapped file (one per worker)."""
+
+    def __init__(self, path: str) -> None:
+        size = HEADER_SIZE + SLOTS * SLOT.size
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.ftruncate(fd, size)
+            self.buf = mmap.mmap(fd, size)
+        finally:
+            os.close(fd)
+        self.count = 0
+        self.groups: dict[int, list[Any]] = {}  # id(group) -> [name bytes, next seq]
+
+    def begin(self, op: bytes, group: Any, tensor: Any) -> int:
+        """Record a call that starts now; the slot's offset (for :meth:`end`)."""
+        g = self.groups.get(id(group))
+        if g is None:
+            g = self.groups[id(group)] = [_group_name(group), 0]
+        seq = g[1]
+        g[1] = seq + 1
+        dims: tuple[int, ...] = ()
+        dtype = b""
+        if tensor is not None:
+            t = tensor[0] if type(tensor) is list and tensor else tensor
+            shape = getattr(t, "shape", None)
+            if shape is not None:
+                dims = tuple(shape)
+                dtype = _DTYPES.get(t.dtype) or _dtype_name(t.dtype)
+        n = len(dims)
+        count = self.count
+        offset = HEADER_SIZE + (count % SLOTS) * SLOT.size
+        if n == 1:  # the common case, without building the padded tuple
+            _pack(self.buf, offset, seq, time.time(), 0.0, op, dtype, g[0], 1, dims[0], 0, 0, 0, 0, 0)
+        else:
+            dims = dims[:6] if n > 6 else dims + _PADS[n]
+            _pack(self.buf, offset, seq, time.time(), 0.0, op, dtype, g[0], min(n, 6), *dims)
+        self.count = count + 1
+        _pack_header(self.buf, 0, count + 1)
+        return offset
+
+    def end(self, offset: int, issued: bool) -> None:
+        """The call at ``offset`` returned (``issued``: it only started asynchronous work)."""
+        _pack_time(self.buf, offset + 16, -1.0 if issued else time.time())
+
+
+_pack = SLOT.pack_into
+_pack_header = HEADER.pack_into
+_pack_time = struct.Struct("<d").pack_into
+_PADS = [(0,) * (6 - n) for n in range(7)]
+_DTYPES: dict[Any, bytes] = {}
+
+
+def _dtype_name(dtype: Any) -> bytes:
+    name = _DTYPES[dtype] = str(dtype).removeprefix("torch.").encode()[:16]
+    return name
+
+
+def _group_name(group: Any) -> bytes:
+    if group is None:
+        return b"default"
+    name = getattr(group, "group_name", None) or f"pg{id(group):x}"
+    return str(name).encode()[:24]
+
+
+def _wrap(recorder: FlightRecorder, name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    import inspect
+
+    op = name.encode()
+    begin, end = recorder.begin, recorder.end
+    try:
+        params = list(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        params = []
+    gi = params.index("group") if "group" in params else 99
+    ai = params.index("async_op") if "async_op" in params else 99
+
+    @functools.wraps(fn)
+    def recorded(*args: Any, **kwargs: Any) -> Any:
+        n = len(args)
+        tensor = args[0] if n else None
+        group = args[gi] if n > gi else kwargs.get("group")
+        offset = begin(op, group, tensor if not isinstance(tensor, (int, dict)) else None)
+        result = fn(*args, **kwargs)
+        end(offset, bool(args[ai] if n > ai else kwargs.get("async_op")))
+        return result
+
+    recorded.__rallypoint_recorded__ = True  # type: ignore[attr-defined]
+    return recorded
+
+
+def patch_distributed(module: Any, recorder: FlightRecorder) -> None:
+    """Wrap ``module``'s (``torch.distributed``'s) collectives so that each call is recorded."""
+    for name in COLLECTIVES:
+        fn = getattr(module, name, None)
+        if fn is None or getattr(fn, "__rallypoint_recorded__", False):
+            continue
+        setattr(module, name, _wrap(recorder, name, fn))
+
+
+class _DistributedFinder:
+    """A meta path finder that patches ``torch.distributed`` once it has been imported."""
+
+    def __init__(self, recorder: FlightRecorder) -> None:
+        self.recorder = recorder
+
+    def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
+        if name != "torch.distributed":
+            return None
+        import importlib.machinery
+
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        if spec is None or spec.loader is None:
+            return None
+        loader, recorder = spec.loader, self.recorder
+        exec_module = loader.exec_module
+
+        def exec_and_patch(module: Any) -> None:
+            exec_module(module)
+            patch_distributed(module, recorder)
+
+        loader.exec_module = exec_and_patch  # type: ignore[method-assign]
+        return spec
+
+
+def install(directory: str, rank: str) -> None:
+    """Set up stacks on request and the flight record for this worker (never raises)."""
+    try:
+        os.makedirs(directory, mode=0o700, exist_ok=True)
+        _stacks(directory, rank)
+        recorder = FlightRecorder(os.path.join(directory, f"rank_{rank}.flight"))
+        _state["flight"] = recorder
+        dist = sys.modules.get("torch.distributed")
+        if dist is not None:  # a warm worker may have imported it already
+            patch_distributed(dist, recorder)
+        else:
+            sys.meta_path.insert(0, _DistributedFinder(recorder))
+    except Exception as exc:  # noqa: BLE001 - the worker runs on, without being debuggable
+        print(f"rallypoint: debugging hooks not installed: {type(exc).__name__}: {exc}", file=sys.stderr)

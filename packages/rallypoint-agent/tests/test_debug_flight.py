@@ -1,0 +1,140 @@
+"""The collective flight record (#40): what debug_hooks writes, debug_flight reads back."""
+
+from __future__ import annotations
+
+import faulthandler
+import importlib.util
+import os
+import time
+import types
+from pathlib import Path
+from typing import Any
+
+from rallypoint.agent import worker_main
+from rallypoint.agent.debug_collect import DUMP_SIGNAL, collect_workers, parse_faulthandler
+from rallypoint.agent.debug_flight import read_flight
+
+HOOKS = Path(worker_main.PATH).with_name("debug_hooks.py")
+
+
+def load_hooks() -> types.ModuleType:
+    spec = importlib.util.spec_from_file_location("_test_debug_hooks", HOOKS)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class Tensor:
+    def __init__(self, *shape: int) -> None:
+        self.shape = shape
+        self.dtype = "torch.float32"
+
+
+def fake_distributed(calls: list[Any]) -> types.ModuleType:
+    dist = types.ModuleType("fake_distributed")
+
+    def all_reduce(tensor: Any, op: Any = None, group: Any = None, async_op: bool = False) -> str:
+        calls.append(("all_reduce", tensor.shape, group, async_op))
+        return "work"
+
+    def barrier(group: Any = None, async_op: bool = False, device_ids: Any = None) -> None:
+        calls.append(("barrier", group))
+
+    dist.all_reduce = all_reduce  # type: ignore[attr-defined]
+    dist.barrier = barrier  # type: ignore[attr-defined]
+    return dist
+
+
+def test_recorded_calls_are_read_back_with_seq_per_group_and_state(tmp_path: Path) -> None:
+    hooks = load_hooks()
+    recorder = hooks.FlightRecorder(str(tmp_path / "rank_0.flight"))
+    calls: list[Any] = []
+    dist = fake_distributed(calls)
+    hooks.patch_distributed(dist, recorder)
+    hooks.patch_distributed(dist, recorder)  # twice: wrapped once
+    group = types.SimpleNamespace(group_name="tp")
+    assert dist.all_reduce(Tensor(2, 3)) == "work"
+    dist.all_reduce(Tensor(5), None, group)  # group passed by position
+    dist.all_reduce(Tensor(5), group=group, async_op=True)
+    dist.barrier()
+    assert calls[0] == ("all_reduce", (2, 3), None, False)
+    assert len(calls) == 4
+    records = read_flight(tmp_path / "rank_0.flight")
+    assert [(r["op"], r["group"], r["seq"]) for r in records] == [
+        ("all_reduce", "default", 0),
+        ("all_reduce", "tp", 0),
+        ("all_reduce", "tp", 1),
+        ("barrier", "default", 1),
+    ]
+    assert records[0]["shape"] == [2, 3]
+    assert records[0]["dtype"] == "float32"
+    assert isinstance(records[0]["end"], float)
+    assert records[0]["duration"] >= 0
+    assert records[2]["end"] == "async"
+    assert records[2]["duration"] is None
+    assert records[3]["shape"] == []
+
+
+def test_a_call_that_never_returns_stays_in_flight_and_the_ring_keeps_the_last(tmp_path: Path) -> None:
+    hooks = load_hooks()
+    recorder = hooks.FlightRecorder(str(tmp_path / "f"))
+    for _ in range(hooks.SLOTS + 5):
+        recorder.end(recorder.begin(b"broadcast", None, Tensor(1)), False)
+    recorder.begin(b"all_reduce", None, Tensor(4))  # hangs: no end
+    records = read_flight(tmp_path / "f")
+    assert len(records) == hooks.SLOTS
+    assert records[-1]["op"] == "all_reduce"
+    assert records[-1]["seq"] == hooks.SLOTS + 5
+    assert records[-1]["end"] is None
+    assert records[0]["seq"] == 6
+
+
+def test_no_flight_file_reads_as_no_record(tmp_path: Path) -> None:
+    assert read_flight(tmp_path / "absent") == []
+    (tmp_path / "short").write_bytes(b"\0" * 10)
+    assert read_flight(tmp_path / "short") == []
+
+
+def test_parse_faulthandler_reads_every_thread_innermost_first() -> None:
+    text = (
+        "Thread 0x00007f0000000001 (most recent call first):\n"
+        '  File "/usr/lib/python3.11/threading.py", line 320 in wait\n'
+        '  File "/job/train.py", line 12 in prefetch\n'
+        "\n"
+        "Current thread 0x00007f0000000002 (most recent call first):\n"
+        '  File "/job/train.py", line 88 in main\n'
+        '  File "/job/train.py", line 90 in <module>\n'
+    )
+    threads = parse_faulthandler(text)
+    assert [t["id"] for t in threads] == ["0x00007f0000000001", "0x00007f0000000002"]
+    assert [t["current"] for t in threads] == [False, True]
+    assert threads[0]["frames"][0] == {"file": "/usr/lib/python3.11/threading.py", "line": 320, "func": "wait"}
+    assert [f["line"] for f in threads[1]["frames"]] == [88, 90]
+
+
+def test_collect_signals_only_hooked_workers_and_reads_their_dump(tmp_path: Path) -> None:
+    # this process plays a hooked worker: it registers the dump like debug_hooks does
+    with (tmp_path / "rank_0.stacks").open("a", buffering=1) as f:
+        faulthandler.register(DUMP_SIGNAL, file=f, all_threads=True, chain=False)
+        try:
+            f.write(f"# rallypoint stacks pid={os.getpid()}\n")
+            started = time.monotonic()
+            # rank 1 names a pid that has no hooks (no stacks file): it must not be signalled
+            out = collect_workers({0: (os.getpid(), 0), 1: (os.getpid(), 1)}, tmp_path, timeout=2.0)
+            took = time.monotonic() - started
+        finally:
+            faulthandler.unregister(DUMP_SIGNAL)
+    assert out[0]["dumped"]
+    assert any(
+        fr["func"] == "test_collect_signals_only_hooked_workers_and_reads_their_dump"
+        for t in out[0]["threads"]
+        for fr in t["frames"]
+    )
+    assert not out[1]["dumped"]
+    assert out[1]["threads"] == []
+    assert out[1]["state"] in "RS"
+    assert out[0]["tasks"]
+    assert all("wchan" in t for t in out[0]["tasks"])
+    assert took < 1.0
