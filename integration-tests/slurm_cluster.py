@@ -118,7 +118,7 @@ class SlurmCluster:
             )
             node.procs.append(proc)
             self._daemons.append(proc)
-        self._wait_idle(timeout=30)
+        self._wait_idle(timeout=90)
 
     def _start_munge(self) -> None:
         munge = self.root / "munge"

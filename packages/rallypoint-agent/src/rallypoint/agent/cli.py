@@ -25,6 +25,7 @@ from rallypoint.core.errors import ConfigError, ConfigIssue
 
 if TYPE_CHECKING:
     from rallypoint.agent.config import AgentSection
+    from rallypoint.agent.launch import LaunchFacts
     from rallypoint.agent.plan import JobPlan
     from rallypoint.agent.settings import AgentSettings
     from rallypoint.core.config import ResolvedConfig
@@ -249,11 +250,12 @@ def run(
     ]
     pm = plugin_manager()
     resolved = _resolve(job_file, overrides, _endpoint(flags), pm)
+    resolved, launch = _launch_environment(job_file, overrides, _endpoint(flags), pm, resolved)
     facts = NodeFacts.gather(
         job_file=job_file,
         script_from_cli=bool(script),
         host_name=host_name,
-        node_id=node_id,
+        node_id=node_id or (launch.node_id if launch is not None else None),
         local_addr=local_addr,
         route_to=route_targets(resolved),
     )
@@ -264,6 +266,24 @@ def run(
         return _dry_run(resolved, plan, facts.address_note)
     _check_log_dir(plan.settings.log_dir, resolved.loaded.source_of("agent.log_dir"))
     return _start(plan, resolved.section(AgentSection), pm, facts.address_note)
+
+
+def _launch_environment(
+    job_file: str | None,
+    overrides: list[tuple[str, Any, str]],
+    rdzv_endpoint: str | None,
+    pm: RallypointPluginManager,
+    resolved: ResolvedConfig,
+) -> tuple[ResolvedConfig, LaunchFacts | None]:
+    """The job with what the launch environment (Slurm, Kubernetes) fills in; flags and job keys win."""
+    from rallypoint.agent.config import LaunchSection
+    from rallypoint.agent.launch import detect, launch_overrides
+
+    launch = detect(resolved, pm, os.environ)
+    if launch is None:
+        return resolved, None
+    filled = launch_overrides(resolved.loaded, launch, resolved.section(LaunchSection).port)
+    return (_resolve(job_file, [*overrides, *filled], rdzv_endpoint, pm) if filled else resolved), launch
 
 
 def _start(plan: JobPlan, agent: AgentSection, pm: RallypointPluginManager, note: str | None) -> int:
