@@ -22,12 +22,28 @@ TRAIN = ROOT / "examples" / "ddp" / "train.py"
 RALLYPOINT = str(Path(sys.executable).parent / "rallypoint")
 
 
+DOCS_PAGE = ROOT / "docs" / "slurm.md"
+
+
+def documented_script() -> str:
+    """The batch script of the "Running on Slurm" page (its first ``bash`` block)."""
+    text = DOCS_PAGE.read_text()
+    start = text.index("```bash\n", text.index("## The batch script")) + len("```bash\n")
+    return text[start : text.index("```", start)]
+
+
 def batch_script(nodes: int, job_file: Path, *, sbatch: Sequence[str] = (), log: Path) -> str:
-    """The ``sbatch`` script: Slurm options, then ``srun rallypoint run job.toml``."""
-    lines = ["#!/bin/bash", f"#SBATCH --nodes={nodes}", "#SBATCH --ntasks-per-node=1", f"#SBATCH --output={log}"]
-    lines += [f"#SBATCH {option}" for option in sbatch]
-    lines.append(f"srun {RALLYPOINT} run {job_file}")
-    return "\n".join(lines) + "\n"
+    """The documented ``sbatch`` script, with this test's node count, paths and extra options."""
+    script = documented_script()
+    for line, replacement in [
+        ("#SBATCH --nodes=3", f"#SBATCH --nodes={nodes}"),
+        ("#SBATCH --output=slurm-%j.out", "\n".join([f"#SBATCH --output={log}", *(f"#SBATCH {o}" for o in sbatch)])),
+        ("srun rallypoint run job.toml", f"srun {RALLYPOINT} run {job_file}"),
+    ]:
+        if line not in script:
+            raise AssertionError(f"the script of {DOCS_PAGE} no longer has the line {line!r}")
+        script = script.replace(line, replacement)
+    return script
 
 
 class SlurmDdpJob:

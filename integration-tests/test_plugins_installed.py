@@ -184,7 +184,8 @@ def test_config_check_of_a_whole_job(tmp_path: Path) -> None:
         (
             "[jobs]\nentrypoint = 'train.py'\n",
             "error: job.toml: jobs: unknown section [jobs]; did you mean [job]? (known sections: agent, "
-            "collectives, job, launch, nodes, ranks, rendezvous, rpc, timer). Sections are declared by installed packages: "
+            "collectives, job, launch, nodes, ranks, rendezvous, rpc, timer). Sections are declared by installed "
+            "packages: "
             "if [jobs] belongs to one that is missing or disabled, install or enable it (see rallypoint plugins list)",
         ),
     ],
