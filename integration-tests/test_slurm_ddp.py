@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
+import netns
 from slurm_jobs import SlurmDdpJob
 
 
@@ -20,3 +22,38 @@ def test_sbatch_three_node_ddp_with_no_flags(slurm: Any, tmp_path: Path) -> None
     assert {s["host"] for s in starts} == {"node1", "node2", "node3"}
     assert (job.out / "final.json").exists()
     assert job.progress()[-1]["step"] == 30
+
+
+def _job_processes(cluster: Any) -> dict[str, list[str]]:
+    """Every process on the compute hosts besides slurmd (and the shells that started it)."""
+    found: dict[str, list[str]] = {}
+    for node in cluster.nodes:
+        for pid in node.pids():
+            try:
+                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except FileNotFoundError:
+                continue
+            if cmdline and "slurmd -D" not in cmdline and netns.process_alive(pid):
+                found.setdefault(node.name, []).append(f"{pid} {cmdline[:120]}")
+    return found
+
+
+def test_scancel_mid_run_leaves_nothing_within_5_s(slurm: Any, tmp_path: Path) -> None:
+    cluster = slurm(3)
+    job = SlurmDdpJob(cluster, tmp_path, nodes=3, train=("--steps", "400", "--ckpt-every", "5", "--step-time", "0.1"))
+    job.submit()
+    job.wait_step(8)
+    running = _job_processes(cluster)
+    assert set(running) == {"node1", "node2", "node3"}, running
+    assert all(len(procs) >= 3 for procs in running.values()), running  # srun's step, agent, worker at least
+    cancelled = time.monotonic()
+    cluster.client(["scancel", str(job.job_id)])
+    left = running
+    while time.monotonic() - cancelled < 5 and left:
+        time.sleep(0.1)
+        left = _job_processes(cluster)
+    assert not left, f"still running {time.monotonic() - cancelled:.1f} s after scancel: {left}"
+    # the newest checkpoint is whole (written atomically): it loads, and its step is a multiple of 5
+    ckpts = sorted((job.out / "ckpt").glob("step_*.pt"), key=lambda p: int(p.stem.split("_")[1]))
+    assert ckpts
+    assert not list((job.out / "ckpt").glob(".step_*"))  # no half-written one left behind
