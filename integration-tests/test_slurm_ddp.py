@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 from typing import Any
 
 import netns
+import torch
 from slurm_jobs import SlurmDdpJob
 
 
@@ -40,7 +42,8 @@ def _job_processes(cluster: Any) -> dict[str, list[str]]:
 
 def test_scancel_mid_run_leaves_nothing_within_5_s(slurm: Any, tmp_path: Path) -> None:
     cluster = slurm(3)
-    job = SlurmDdpJob(cluster, tmp_path, nodes=3, train=("--steps", "400", "--ckpt-every", "5", "--step-time", "0.1"))
+    train = ("--steps", "400", "--ckpt-every", "1000", "--step-time", "0.1", "--checkpoint-on-preemption")
+    job = SlurmDdpJob(cluster, tmp_path, nodes=3, train=train)
     job.submit()
     job.wait_step(8)
     running = _job_processes(cluster)
@@ -53,7 +56,12 @@ def test_scancel_mid_run_leaves_nothing_within_5_s(slurm: Any, tmp_path: Path) -
         time.sleep(0.1)
         left = _job_processes(cluster)
     assert not left, f"still running {time.monotonic() - cancelled:.1f} s after scancel: {left}"
-    # the newest checkpoint is whole (written atomically): it loads, and its step is a multiple of 5
-    ckpts = sorted((job.out / "ckpt").glob("step_*.pt"), key=lambda p: int(p.stem.split("_")[1]))
-    assert ckpts
+    # no periodic checkpoint in 1000 steps: the only one is the one written on the notice, and it is whole
+    notices = [json.loads(line) for line in (job.out / "preempted.jsonl").read_text().splitlines()]
+    assert [n["signal"] for n in notices] == ["SIGTERM"], notices
+    ckpts = list((job.out / "ckpt").glob("step_*.pt"))
+    assert [p.name for p in ckpts] == [f"step_{notices[0]['step']}.pt"]
+    state = torch.load(ckpts[0], weights_only=True)
+    assert state["step"] == notices[0]["step"] >= 8
+    assert set(state) == {"step", "model", "optim"}
     assert not list((job.out / "ckpt").glob(".step_*"))  # no half-written one left behind

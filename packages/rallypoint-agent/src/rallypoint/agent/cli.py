@@ -262,6 +262,8 @@ def run(
     if static_node_env(flags):  # static rendezvous: the env rank strategy reads the node rank from here
         facts = replace(facts, environ={**facts.environ, **static_node_env(flags)})
     plan = plan_job(resolved, facts)
+    if launch is not None:
+        plan = _with_launch(plan, launch)
     if dry_run:
         return _dry_run(resolved, plan, facts.address_note)
     _check_log_dir(plan.settings.log_dir, resolved.loaded.source_of("agent.log_dir"))
@@ -284,6 +286,25 @@ def _launch_environment(
         return resolved, None
     filled = launch_overrides(resolved.loaded, launch, resolved.section(LaunchSection).port)
     return (_resolve(job_file, [*overrides, *filled], rdzv_endpoint, pm) if filled else resolved), launch
+
+
+def _with_launch(plan: JobPlan, launch: LaunchFacts) -> JobPlan:
+    """Workers learn the notice signals and the scheduler's restart count; the agent outlives a notice.
+
+    A notice signal the agent does not stop on (Slurm's ``--signal=USR2@90``) would end it by
+    default: the agent ignores it here (the scheduler signals the workers themselves).
+    """
+    import signal
+
+    from rallypoint.agent.preemption import PREEMPTION_SIGNALS_ENV
+
+    env = {PREEMPTION_SIGNALS_ENV: ",".join(launch.preemption_signals)}
+    env["RALLYPOINT_LAUNCH_RESTART_COUNT"] = str(launch.restart_count)
+    for name in launch.preemption_signals:
+        if name != "SIGTERM" and name in signal.Signals.__members__:
+            signal.signal(signal.Signals[name], lambda *_: None)
+    settings = replace(plan.settings, worker_env={**env, **plan.settings.worker_env})
+    return replace(plan, settings=settings)
 
 
 def _start(plan: JobPlan, agent: AgentSection, pm: RallypointPluginManager, note: str | None) -> int:
