@@ -77,8 +77,7 @@ class SlurmDdpJob:
         self.job_file.write_text(
             f'[job]\nentrypoint = "{TRAIN}"\nargs = [{args}]\n\n'
             f'[agent]\nlog_dir = "{tmp_path}/logs/{{run_id}}"\nmonitor_interval = "100ms"\n\n'
-            '[rendezvous]\nheartbeat_interval = "400ms"\nheartbeat_timeout = "2s"\nlast_call_timeout = "500ms"\n'
-            + (f"\n{job_keys}\n" if job_keys else "")
+            '[rendezvous]\nlast_call_timeout = "500ms"\n' + (f"\n{job_keys}\n" if job_keys else "")
         )
         self.script = tmp_path / "job.sbatch"
         self.script.write_text(batch_script(nodes, self.job_file, sbatch=sbatch, log=self.log))

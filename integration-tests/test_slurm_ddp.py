@@ -65,3 +65,28 @@ def test_scancel_mid_run_leaves_nothing_within_5_s(slurm: Any, tmp_path: Path) -
     assert state["step"] == notices[0]["step"] >= 8
     assert set(state) == {"step", "model", "optim"}
     assert not list((job.out / "ckpt").glob(".step_*"))  # no half-written one left behind
+
+
+def test_a_requeued_job_resumes_from_the_notice_checkpoint_under_the_same_run_id(slurm: Any, tmp_path: Path) -> None:
+    cluster = slurm(3)
+    train = ("--steps", "60", "--ckpt-every", "1000", "--step-time", "0.1", "--checkpoint-on-preemption")
+    job = SlurmDdpJob(cluster, tmp_path, nodes=3, train=train, sbatch=["--requeue"])
+    job.submit()
+    job.wait_step(8)
+    cluster.client(["scontrol", "requeue", str(job.job_id)])
+    cluster.wait_state(job.job_id, ["PENDING"], timeout=30)
+    # a requeued job waits for its begin time (about two minutes); start it now
+    cluster.client(["scontrol", "update", f"job={job.job_id}", "StartTime=now"])
+    state = job.wait_end(timeout=90)
+    assert state == "COMPLETED", job.output()[-4000:]
+    assert cluster.job(job.job_id).get("Restarts") == "1"
+    notices = [json.loads(line) for line in (job.out / "preempted.jsonl").read_text().splitlines()]
+    assert len(notices) == 1, notices
+    resumed = [s for s in job.starts() if s["resumed"] > 0]
+    assert sorted(s["rank"] for s in resumed) == [0, 1, 2], job.starts()
+    assert {s["resumed"] for s in resumed} == {notices[0]["step"]}
+    assert job.progress()[-1]["step"] == 60
+    # both runs ran under the run id of the job id: the requeued job is the same run
+    logs = sorted(p.name for p in (tmp_path / "logs").iterdir())
+    assert logs == [f"slurm-{job.job_id}"], logs
+    assert job.output().count(f"job 'slurm-{job.job_id}' succeeded") == 3, job.output()[-3000:]
