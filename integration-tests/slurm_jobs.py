@@ -114,6 +114,15 @@ class SlurmDdpJob:
             time.sleep(0.05)
         raise AssertionError(f"step {step} not reached in {timeout:g}s:\n{self.output()[-4000:]}")
 
+    def wait_until_final(self, timeout: float = 90) -> None:
+        """Wait until rank 0 wrote the final weights."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if (self.out / "final.json").exists():
+                return
+            time.sleep(0.1)
+        raise AssertionError(f"no final weights after {timeout:g}s:\n{self.output()[-4000:]}")
+
     def wait_end(self, timeout: float = 90) -> str:
         """Wait until the job ended; its final state (``COMPLETED``, ``FAILED``...)."""
         return self.cluster.wait_state(

@@ -90,3 +90,25 @@ def test_a_requeued_job_resumes_from_the_notice_checkpoint_under_the_same_run_id
     logs = sorted(p.name for p in (tmp_path / "logs").iterdir())
     assert logs == [f"slurm-{job.job_id}"], logs
     assert job.output().count(f"job 'slurm-{job.job_id}' succeeded") == 3, job.output()[-3000:]
+
+
+def test_a_compute_host_killed_mid_job_elastic_survivors_finish(slurm: Any, tmp_path: Path) -> None:
+    cluster = slurm(3)
+    train = ("--steps", "40", "--ckpt-every", "5", "--step-time", "0.1")
+    keys = '[nodes]\nmin = 2\n\n[rendezvous]\nheartbeat_interval = "1s"\nheartbeat_timeout = "4s"\n'
+    job = SlurmDdpJob(cluster, tmp_path, nodes=3, train=train, job_keys=keys)
+    job.job_file.write_text(job.job_file.read_text().replace('[rendezvous]\nlast_call_timeout = "500ms"\n', ""))
+    job.submit()
+    job.wait_step(8)
+    node3 = cluster.nodes[2]
+    cluster.network.kill(node3)  # every process of node3 at once, slurmd included: the host lost power
+    job.wait_until_final(timeout=90)
+    after = [p for p in job.progress() if p["world"] == 2]
+    assert after, job.output()[-4000:]
+    assert job.progress()[-1]["step"] == 40
+    assert {s["host"] for s in job.starts() if s["world"] == 2} == {"node1", "node2"}
+    succeeded = f"job 'slurm-{job.job_id}' succeeded"
+    deadline = time.monotonic() + 30
+    while job.output().count(succeeded) < 2 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert job.output().count(succeeded) == 2, job.output()[-4000:]
