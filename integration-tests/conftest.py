@@ -62,6 +62,44 @@ def hosts() -> Iterator[Callable[..., netns.HostNetwork]]:
     assert not alive, f"processes of the namespace hosts still running after teardown: {alive}"
 
 
+@pytest.fixture
+def slurm() -> Iterator[Callable[..., Any]]:
+    """Make a Slurm cluster on namespace hosts: ``cluster = slurm(3)`` (see ``slurm_cluster.py``).
+
+    Torn down after the test whatever happened (SIGTERM too, as for ``hosts``); the test then
+    fails if a namespace, a daemon, a job process or the cluster's folder is left. Where Slurm is
+    not installed the test fails with the ``apt-get`` line to run: CI installs it (``.ci/run``).
+    """
+    import slurm_cluster
+
+    netns.sweep_stale()
+    made: list[slurm_cluster.SlurmCluster] = []
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGTERM, _terminate_as_interrupt)
+
+    def make(compute: int = 3) -> slurm_cluster.SlurmCluster:
+        try:
+            cluster = slurm_cluster.SlurmCluster(compute)
+        except (slurm_cluster.SlurmUnavailable, netns.NetnsUnavailable) as exc:
+            pytest.fail(f"cannot start the Slurm cluster: {exc}")
+        made.append(cluster)
+        return cluster
+
+    try:
+        yield make
+    finally:
+        killed: set[int] = set()
+        for cluster in made:
+            killed |= cluster.close()
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+    left = netns.leftovers(os.getpid()) + [str(c.root) for c in made if c.root.exists()]
+    assert not left, f"Slurm cluster left behind: {left}"
+    alive = sorted(pid for pid in killed if netns.process_alive(pid))
+    assert not alive, f"processes of the Slurm cluster still running after teardown: {alive}"
+
+
 @pytest.fixture(scope="session")
 def ddp_reference(tmp_path_factory: pytest.TempPathFactory) -> list[float]:
     """The final weights of ``examples/ddp/train.py`` run as one plain process (the reference)."""

@@ -95,6 +95,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--crash-at-step", type=int, default=None, help="rank --crash-rank exits 1 at this step")
     parser.add_argument("--crash-rank", type=int, default=1)
     parser.add_argument(
+        "--checkpoint-on-preemption",
+        action="store_true",
+        help="on a preemption notice (rallypoint.agent.preemption), checkpoint after the step and stop",
+    )
+    parser.add_argument(
         "--pg-timeout", type=float, default=None, help="seconds a collective may wait (torch's default: 30 min)"
     )
     return parser.parse_args(argv)
@@ -129,6 +134,11 @@ def main(argv: list[str] | None = None) -> None:
     append_line(args.out / "starts.jsonl", {**info, "resumed": start, "t": time.time()})
 
     per = args.global_batch // world
+    preempted = None
+    if args.checkpoint_on_preemption:
+        from rallypoint.agent.preemption import preempted, preemption_signal, watch
+
+        watch()  # from here on a notice (SIGTERM; SIGUSR2 under Slurm) sets a flag instead of ending the worker
     for step in range(start, args.steps):
         began = time.monotonic()
         if args.crash_at_step == step and rank == args.crash_rank and not (args.out / "crashed").exists():
@@ -144,6 +154,12 @@ def main(argv: list[str] | None = None) -> None:
             if (step + 1) % args.ckpt_every == 0:
                 save_checkpoint(ckpt_dir, step + 1, model, optim)
             append_line(args.out / "progress.jsonl", {**info, "step": step + 1, "t": time.time()})
+        if preempted is not None and preempted():
+            if rank == 0:
+                save_checkpoint(ckpt_dir, step + 1, model, optim)
+                append_line(args.out / "preempted.jsonl", {**info, "step": step + 1, "signal": preemption_signal()})
+            sys.stdout.flush()
+            os._exit(0)
         time.sleep(max(0.0, args.step_time - (time.monotonic() - began)))
 
     if rank == 0:

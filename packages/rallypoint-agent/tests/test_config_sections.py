@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from rallypoint.agent.config import AGENT_SECTIONS, AgentSection, JobSection, NodesSection, RanksSection
-from rallypoint.agent.records import RANK_STRATEGIES
+from rallypoint.agent.records import LAUNCH_ENVIRONMENTS, RANK_STRATEGIES
 from rallypoint.core.config import build_schema, load_job_config
 from rallypoint.core.errors import ConfigError
 from rallypoint.core.plugins import get_plugin_manager
@@ -68,11 +68,14 @@ def test_the_package_declares_its_kind_and_sections() -> None:
 
     assert pm.kind("rallypoint_rank_strategies") is RANK_STRATEGIES
     assert RANK_STRATEGIES.config_key == "ranks.strategy"
-    assert [s.name for s in AGENT_SECTIONS] == ["job", "nodes", "ranks", "agent"]
+    assert [s.name for s in AGENT_SECTIONS] == ["job", "nodes", "ranks", "agent", "launch"]
     assert all(s in pm.sections() for s in AGENT_SECTIONS)
     assert {pm.declared_by[f"config section {s.name}"] for s in AGENT_SECTIONS} == {"agent"}
     assert pm.infos["agent"].essential is True
     assert "default" in pm.registry(RANK_STRATEGIES)
+    assert pm.kind("rallypoint_launch_environments") is LAUNCH_ENVIRONMENTS
+    assert LAUNCH_ENVIRONMENTS.config_key == "launch.environment"
+    assert pm.registry(LAUNCH_ENVIRONMENTS).names() == ["kubernetes", "none", "slurm"]
 
 
 def test_every_section_loads_from_toml(job_file) -> None:

@@ -24,6 +24,7 @@ from rallypoint.agent.torchrun_flags import torchrun_options
 from rallypoint.core.errors import ConfigError, ConfigIssue
 
 if TYPE_CHECKING:
+    from rallypoint.agent.launch import LaunchFacts
     from rallypoint.agent.plan import JobPlan
     from rallypoint.core.config import ResolvedConfig
     from rallypoint.core.plugins import RallypointPluginManager
@@ -252,21 +253,61 @@ def run(
     ]
     pm = plugin_manager()
     resolved = _resolve(job_file, overrides, _endpoint(flags), pm)
+    resolved, launch = _launch_environment(job_file, overrides, _endpoint(flags), pm, resolved)
     facts = NodeFacts.gather(
         job_file=job_file,
         script_from_cli=bool(script),
         host_name=host_name,
-        node_id=node_id,
+        node_id=node_id or (launch.node_id if launch is not None else None),
         local_addr=local_addr,
         route_to=route_targets(resolved),
     )
     if static_node_env(flags):  # static rendezvous: the env rank strategy reads the node rank from here
         facts = replace(facts, environ={**facts.environ, **static_node_env(flags)})
     plan = plan_job(resolved, facts)
+    if launch is not None:
+        plan = _with_launch(plan, launch)
     if dry_run:
         return _dry_run(resolved, plan, facts.address_note, as_json)
     _check_log_dir(plan.settings.log_dir, resolved.loaded.source_of("agent.log_dir"))
     return _start(plan, pm, facts.address_note)
+
+
+def _launch_environment(
+    job_file: str | None,
+    overrides: list[tuple[str, Any, str]],
+    rdzv_endpoint: str | None,
+    pm: RallypointPluginManager,
+    resolved: ResolvedConfig,
+) -> tuple[ResolvedConfig, LaunchFacts | None]:
+    """The job with what the launch environment (Slurm, Kubernetes) fills in; flags and job keys win."""
+    from rallypoint.agent.config import LaunchSection
+    from rallypoint.agent.launch import detect, launch_overrides
+
+    launch = detect(resolved, pm, os.environ)
+    if launch is None:
+        return resolved, None
+    filled = launch_overrides(resolved.loaded, launch, resolved.section(LaunchSection).port)
+    return (_resolve(job_file, [*overrides, *filled], rdzv_endpoint, pm) if filled else resolved), launch
+
+
+def _with_launch(plan: JobPlan, launch: LaunchFacts) -> JobPlan:
+    """Workers learn the notice signals and the scheduler's restart count; the agent outlives a notice.
+
+    A notice signal the agent does not stop on (Slurm's ``--signal=USR2@90``) would end it by
+    default: the agent ignores it here (the scheduler signals the workers themselves).
+    """
+    import signal
+
+    from rallypoint.agent.preemption import PREEMPTION_SIGNALS_ENV
+
+    env = {PREEMPTION_SIGNALS_ENV: ",".join(launch.preemption_signals)}
+    env["RALLYPOINT_LAUNCH_RESTART_COUNT"] = str(launch.restart_count)
+    for name in launch.preemption_signals:
+        if name != "SIGTERM" and name in signal.Signals.__members__:
+            signal.signal(signal.Signals[name], lambda *_: None)
+    settings = replace(plan.settings, worker_env={**env, **plan.settings.worker_env})
+    return replace(plan, settings=settings)
 
 
 def _start(plan: JobPlan, pm: RallypointPluginManager, note: str | None) -> int:

@@ -30,6 +30,7 @@ __all__ = [
     "MAX_RESTARTS",
     "AgentSection",
     "JobSection",
+    "LaunchSection",
     "NodesSection",
     "NprocPerNode",
     "RanksSection",
@@ -422,9 +423,21 @@ class AgentSection(Section):
 
 
 #: The sections this package declares, in the order a job file shows them.
+class LaunchSection(Section):
+    """``[launch]``: the scheduler that started the agent (Slurm, Kubernetes), and what it fills in."""
+
+    environment: str = Field(
+        default="auto",
+        description="Launch environment: auto (detected), slurm, kubernetes or none (nothing filled in).",
+    )
+    port: int = Field(default=29400, ge=1, le=65535, description="Port of the rendezvous endpoint it fills in.")
+    options: dict[str, Any] = Field(default_factory=dict)
+
+
 AGENT_SECTIONS: tuple[ConfigSection, ...] = (
     ConfigSection("job", JobSection, "what each worker runs"),
     ConfigSection("nodes", NodesSection, "how many nodes, and workers per node"),
     ConfigSection("ranks", RanksSection, "the rank-assignment strategy and its options"),
     ConfigSection("agent", AgentSection, "restarts, monitoring, logs"),
+    ConfigSection("launch", LaunchSection, "the scheduler that started the agent, and what it fills in"),
 )

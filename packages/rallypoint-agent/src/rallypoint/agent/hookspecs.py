@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from rallypoint.agent.records import RankStrategyRecord
+from rallypoint.agent.records import LaunchEnvironmentRecord, RankStrategyRecord
 from rallypoint.core.plugins import hookspec
 
 if TYPE_CHECKING:  # the agent's modules load only when an agent runs, not with the hook specs
@@ -35,6 +35,23 @@ def rallypoint_rank_strategies() -> Iterable[RankStrategyRecord]:
         @hookimpl
         def rallypoint_rank_strategies():
             return [RankStrategyRecord(name="by-gpu-count", factory="my_ranks:by_gpu_count")]
+    """
+    return ()
+
+
+@hookspec
+def rallypoint_launch_environments() -> Iterable[LaunchEnvironmentRecord]:
+    """Register launch environments: schedulers the agent detects and takes the job's shape from.
+
+    Returns:
+        :class:`~rallypoint.agent.records.LaunchEnvironmentRecord` records, selected by
+        ``[launch] environment`` (``"auto"``: the first whose detector recognizes the environment).
+
+    Example::
+
+        @hookimpl
+        def rallypoint_launch_environments():
+            return [LaunchEnvironmentRecord(name="pbs", factory="my_pbs:detect", order=50)]
     """
     return ()
 

@@ -1,8 +1,9 @@
 """The agent package as a rallypoint plugin (essential entry point ``agent``).
 
-It adds its hook specifications, declares the rank-strategy kind and the ``[job]``, ``[nodes]``,
-``[ranks]`` and ``[agent]`` sections, and registers the ``default`` strategy and the ``run`` and
-``status`` commands.
+It adds its hook specifications, declares the rank-strategy and launch-environment kinds and the
+``[job]``, ``[nodes]``, ``[ranks]``, ``[agent]`` and ``[launch]`` sections, and registers the
+``default`` strategy, the ``slurm``, ``kubernetes`` and ``none`` launch environments and the
+``run`` and ``status`` commands.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from typing import Any
 
 import pluggy
 
-from rallypoint.agent.records import RANK_STRATEGIES, RankStrategyRecord
+from rallypoint.agent.records import LAUNCH_ENVIRONMENTS, RANK_STRATEGIES, LaunchEnvironmentRecord, RankStrategyRecord
 from rallypoint.core.authoring.kinds import TemplateKind
 from rallypoint.core.config import ConfigSection
 from rallypoint.core.plugins import hookimpl
@@ -30,8 +31,8 @@ def rallypoint_addhooks(pluginmanager: pluggy.PluginManager) -> None:
 
 @hookimpl
 def rallypoint_plugin_kinds() -> list[PluginKind[Any]]:
-    """The rank-strategy kind, selected with ``ranks.strategy``."""
-    return [RANK_STRATEGIES]
+    """The rank-strategy kind (``ranks.strategy``) and the launch-environment kind (``launch.environment``)."""
+    return [RANK_STRATEGIES, LAUNCH_ENVIRONMENTS]
 
 
 @hookimpl
@@ -51,6 +52,31 @@ def rallypoint_rank_strategies() -> Iterable[RankStrategyRecord]:
             summary="torchrun-compatible: nodes in group-rank order, consecutive ranks per node",
             factory="rallypoint.agent.ranks:DefaultStrategy",
         )
+    ]
+
+
+@hookimpl
+def rallypoint_launch_environments() -> Iterable[LaunchEnvironmentRecord]:
+    """The bundled launch environments: ``slurm``, ``kubernetes`` and ``none``."""
+    return [
+        LaunchEnvironmentRecord(
+            name="slurm",
+            summary="srun in a Slurm allocation: nodes, endpoint on the first node, run id from the job id",
+            factory="rallypoint.agent.launch.slurm:detect",
+            order=10,
+        ),
+        LaunchEnvironmentRecord(
+            name="kubernetes",
+            summary="a pod of an Indexed Job or JobSet: JOB_COMPLETION_INDEX and the headless service",
+            factory="rallypoint.agent.launch.kubernetes:detect",
+            order=20,
+        ),
+        LaunchEnvironmentRecord(
+            name="none",
+            summary="nothing detected or filled in: flags and the job file only",
+            factory="rallypoint.agent.launch.none:detect",
+            order=-1,
+        ),
     ]
 
 

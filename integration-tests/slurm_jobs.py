@@ -1,0 +1,130 @@
+"""The DDP example as a Slurm batch job on the namespace cluster (``slurm_cluster.py``).
+
+The batch script is the one the "Running on Slurm" page shows: ``srun rallypoint run job.toml``,
+one task per node, and no rendezvous flag: the agents take the nodes, the endpoint and the run
+id from Slurm.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import slurm_cluster
+
+ROOT = Path(__file__).resolve().parent.parent
+TRAIN = ROOT / "examples" / "ddp" / "train.py"
+#: ``rallypoint`` of the environment running the tests.
+RALLYPOINT = str(Path(sys.executable).parent / "rallypoint")
+
+
+DOCS_PAGE = ROOT / "docs" / "slurm.md"
+
+
+def documented_script() -> str:
+    """The batch script of the "Running on Slurm" page (its first ``bash`` block)."""
+    text = DOCS_PAGE.read_text()
+    start = text.index("```bash\n", text.index("## The batch script")) + len("```bash\n")
+    return text[start : text.index("```", start)]
+
+
+def batch_script(nodes: int, job_file: Path, *, sbatch: Sequence[str] = (), log: Path) -> str:
+    """The documented ``sbatch`` script, with this test's node count, paths and extra options."""
+    script = documented_script()
+    for line, replacement in [
+        ("#SBATCH --nodes=3", f"#SBATCH --nodes={nodes}"),
+        ("#SBATCH --output=slurm-%j.out", "\n".join([f"#SBATCH --output={log}", *(f"#SBATCH {o}" for o in sbatch)])),
+        ("srun rallypoint run job.toml", f"srun {RALLYPOINT} run {job_file}"),
+    ]:
+        if line not in script:
+            raise AssertionError(f"the script of {DOCS_PAGE} no longer has the line {line!r}")
+        script = script.replace(line, replacement)
+    return script
+
+
+class SlurmDdpJob:
+    """``examples/ddp/train.py`` on every node of an allocation, one worker per node.
+
+    Args:
+        cluster: the Slurm cluster.
+        tmp_path: the test's directory (shared by every host): job file, output, logs.
+        nodes: ``--nodes`` of the batch job.
+        train: the training script's arguments besides ``--out``.
+        job_keys: more job-file text (e.g. ``[nodes]\\nmin = 2``).
+        sbatch: more ``#SBATCH`` options.
+    """
+
+    def __init__(
+        self,
+        cluster: slurm_cluster.SlurmCluster,
+        tmp_path: Path,
+        *,
+        nodes: int = 3,
+        train: Sequence[str] = ("--steps", "30", "--global-batch", "12", "--ckpt-every", "5"),
+        job_keys: str = "",
+        sbatch: Sequence[str] = (),
+    ) -> None:
+        self.cluster = cluster
+        self.tmp = tmp_path
+        self.out = tmp_path / "out"
+        self.log = tmp_path / "slurm-%j.out"
+        args = ", ".join(json.dumps(a) for a in [*train, "--out", str(self.out)])
+        self.job_file = tmp_path / "job.toml"
+        self.job_file.write_text(
+            f'[job]\nentrypoint = "{TRAIN}"\nargs = [{args}]\n\n'
+            f'[agent]\nlog_dir = "{tmp_path}/logs/{{run_id}}"\nmonitor_interval = "100ms"\n\n'
+            '[rendezvous]\nlast_call_timeout = "500ms"\n' + (f"\n{job_keys}\n" if job_keys else "")
+        )
+        self.script = tmp_path / "job.sbatch"
+        self.script.write_text(batch_script(nodes, self.job_file, sbatch=sbatch, log=self.log))
+        self.job_id = 0
+        self.submitted = 0.0
+
+    def submit(self) -> int:
+        self.submitted = time.time()
+        self.job_id = self.cluster.sbatch(self.script, f"--chdir={self.tmp}")
+        return self.job_id
+
+    def output(self) -> str:
+        path = self.tmp / f"slurm-{self.job_id}.out"
+        return path.read_text(errors="replace") if path.exists() else "(no output yet)"
+
+    def _lines(self, name: str) -> list[dict[str, Any]]:
+        path = self.out / name
+        if not path.exists():
+            return []
+        return [json.loads(line) for line in path.read_text().splitlines() if line.endswith("}")]
+
+    def progress(self) -> list[dict[str, Any]]:
+        return self._lines("progress.jsonl")
+
+    def starts(self) -> list[dict[str, Any]]:
+        return self._lines("starts.jsonl")
+
+    def wait_step(self, step: int, timeout: float = 60) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            done = [p for p in self.progress() if p["step"] >= step]
+            if done:
+                return done[0]
+            time.sleep(0.05)
+        raise AssertionError(f"step {step} not reached in {timeout:g}s:\n{self.output()[-4000:]}")
+
+    def wait_until_final(self, timeout: float = 90) -> None:
+        """Wait until rank 0 wrote the final weights."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if (self.out / "final.json").exists():
+                return
+            time.sleep(0.1)
+        raise AssertionError(f"no final weights after {timeout:g}s:\n{self.output()[-4000:]}")
+
+    def wait_end(self, timeout: float = 90) -> str:
+        """Wait until the job ended; its final state (``COMPLETED``, ``FAILED``...)."""
+        return self.cluster.wait_state(
+            self.job_id, ["COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED"], timeout=timeout
+        )

@@ -1,0 +1,95 @@
+"""Detecting the launch environment and filling in what the job does not say.
+
+:func:`detect` picks the launch environment ``[launch] environment`` names (``auto``: the first,
+by ``order``, whose detector recognizes the agent's environment variables) and returns its
+:class:`~rallypoint.agent.launch.facts.LaunchFacts`. :func:`launch_overrides` turns them into
+job-key overrides for the keys the job file, ``RALLYPOINT_*`` variables and flags left at their
+defaults, each labelled with the variables it came from: they show as such in ``--dry-run``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from rallypoint.agent.config import LaunchSection
+from rallypoint.agent.launch.facts import LaunchFacts
+from rallypoint.agent.launch.hostlist import HostListError
+from rallypoint.agent.records import LAUNCH_ENVIRONMENTS, LaunchEnvironmentRecord
+from rallypoint.core.config import LoadedConfig, ResolvedConfig
+from rallypoint.core.errors import ConfigError, ConfigIssue
+from rallypoint.core.plugins import RallypointPluginManager
+
+__all__ = ["detect", "launch_overrides"]
+
+#: The rendezvous backend a launch environment selects when the job names none: agent-hosted gRPC.
+DEFAULT_BACKEND = "grpc"
+
+
+def _detect_with(record: LaunchEnvironmentRecord, environ: Mapping[str, str]) -> LaunchFacts | None:
+    try:
+        facts: LaunchFacts | None = record.load()(environ)
+    except HostListError as exc:
+        raise ConfigError([ConfigIssue(f"{record.name} launch environment", "launch.environment", str(exc))]) from None
+    return facts
+
+
+def detect(resolved: ResolvedConfig, pm: RallypointPluginManager, environ: Mapping[str, str]) -> LaunchFacts | None:
+    """The selected launch environment's facts; ``None`` for ``none`` or when nothing is detected.
+
+    Raises:
+        ConfigError: a launch environment named in the job file does not recognize the
+            environment (``slurm`` outside a Slurm job), or its variables are malformed.
+    """
+    section = resolved.section(LaunchSection)
+    selection = resolved.selection(LAUNCH_ENVIRONMENTS.config_key or "")
+    source = resolved.loaded.source_of("launch.environment")
+    if section.environment == "auto":
+        records = sorted(pm.registry(LAUNCH_ENVIRONMENTS), key=lambda r: (r.order, r.name))
+        for record in records:
+            if record.order >= 0 and (facts := _detect_with(record, environ)) is not None:
+                return facts
+        return None
+    if selection is None or not isinstance(selection.record, LaunchEnvironmentRecord):
+        return None
+    facts = _detect_with(selection.record, environ)
+    if facts is None and selection.record.order >= 0:
+        raise ConfigError(
+            [
+                ConfigIssue(
+                    source,
+                    "launch.environment",
+                    f"launch environment {section.environment!r} is selected, but this agent was not started by it "
+                    '(its variables are missing); run the agent there, or set launch.environment = "auto"',
+                )
+            ]
+        )
+    return facts
+
+
+def launch_overrides(loaded: LoadedConfig, facts: LaunchFacts, port: int) -> list[tuple[str, Any, str]]:
+    """Job-key overrides for what the job left at its defaults, taken from ``facts``.
+
+    ``nodes.min`` and ``nodes.max`` (each only where not given), ``rendezvous.run_id``, and,
+    when no rendezvous backend is named, the agent-hosted ``grpc`` backend at
+    ``<endpoint host>:<port>``; a job that names a backend keeps it (and its endpoint).
+    """
+    out: list[tuple[str, Any, str]] = []
+    label = facts.source
+    if not loaded.is_explicit("nodes.min"):
+        out.append(("nodes.min", facts.nnodes, label))
+    if not loaded.is_explicit("nodes.max"):
+        out.append(("nodes.max", facts.nnodes, label))
+    if not loaded.is_explicit("rendezvous.run_id"):
+        out.append(("rendezvous.run_id", facts.run_id, label))
+    backend_given = loaded.is_explicit("rendezvous.backend")
+    if not backend_given:
+        out.append(("rendezvous.backend", DEFAULT_BACKEND, label))
+    backend = (
+        DEFAULT_BACKEND if not backend_given else getattr(getattr(loaded.config, "rendezvous", None), "backend", "")
+    )
+    if backend == DEFAULT_BACKEND and not loaded.is_explicit("rendezvous.options.endpoint"):
+        host = facts.endpoint_host
+        endpoint = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        out.append(("rendezvous.options.endpoint", endpoint, label))
+    return out
