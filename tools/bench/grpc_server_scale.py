@@ -193,11 +193,15 @@ def _memory_mib(pid: int, field: str) -> float:
     return float("nan")
 
 
-def _round(nodes: int, procs: int, floor: int, floor_client: str) -> dict[str, Any]:
-    """One server, ``nodes`` simulated nodes in ``procs`` client processes, one round (or floor), checked."""
-    server = subprocess.Popen(
-        [RALLYPOINT, "rdzv", "serve", "--port", "0"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
-    )
+def _round(nodes: int, procs: int, floor: int, floor_client: str, profile: str | None = None) -> dict[str, Any]:
+    """One server, ``nodes`` simulated nodes in ``procs`` client processes, one round (or floor), checked.
+
+    With ``profile``, the server runs under cProfile and writes its profile there when it stops.
+    """
+    cmd = [RALLYPOINT, "rdzv", "serve", "--port", "0"]
+    if profile:
+        cmd = [sys.executable, "-m", "cProfile", "-o", profile, *cmd]
+    server = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     assert server.stdout is not None
     endpoint = server.stdout.readline().split("serving on ")[1].split()[0]
     start_r, start_w = os.pipe()
@@ -235,7 +239,14 @@ def _round(nodes: int, procs: int, floor: int, floor_client: str) -> dict[str, A
     finally:
         for c in clients:
             c.kill()
-        server.kill()
+        if profile:  # SIGTERM: the server stops cleanly and cProfile writes its file
+            server.terminate()
+            try:
+                server.wait(60)
+            except subprocess.TimeoutExpired:
+                server.kill()
+        else:
+            server.kill()
     errors = [r["error"] for r in results if "error" in r]
     if errors:
         raise SystemExit(f"{len(errors)} node(s) failed, e.g. {errors[0]}")
@@ -277,6 +288,16 @@ def _report(r: dict[str, Any], floor: int, floor_client: str) -> None:
         f"after, peak {r['server_peak_mib']:.0f} MiB",
         flush=True,
     )
+
+
+def _print_profile(path: str) -> None:
+    import pstats
+
+    if not Path(path).exists():
+        print(f"server profile: {path} was not written (the server did not stop cleanly)", flush=True)
+        return
+    print(f"server profile (whole server life, under cProfile): {path}; own time, top 15:", flush=True)
+    pstats.Stats(path, stream=sys.stdout).sort_stats("tottime").print_stats(15)
 
 
 def _torch(nodes: int) -> dict[str, Any]:
@@ -336,6 +357,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--json", metavar="FILE", help="store the figures as JSON")
     parser.add_argument(
+        "--server-profile",
+        metavar="FILE",
+        help="run the server under cProfile and store its profile (FILE, or FILE.<N> for several N) and "
+        "print its 15 most expensive functions (own time); the profiler slows the server",
+    )
+    parser.add_argument(
         "--plot", metavar="FILE.svg", help="draw server CPU per node and wall time against N (log scales) as SVG"
     )
     args = parser.parse_args(argv)
@@ -349,8 +376,13 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--plot wants a file name ending in .svg, got {args.plot!r}")
     rounds = []
     for n in args.nodes:
-        r = _round(n, min(args.procs, n), args.floor, args.floor_client)
+        profile = None
+        if args.server_profile:
+            profile = args.server_profile if len(args.nodes) == 1 else f"{args.server_profile}.{n}"
+        r = _round(n, min(args.procs, n), args.floor, args.floor_client, profile)
         _report(r, args.floor, args.floor_client)
+        if profile:
+            _print_profile(profile)
         rounds.append(r)
     torch = [_torch(n) for n in args.torch]
     load = os.getloadavg()
