@@ -37,6 +37,13 @@ from tools.bench.tcp_bytes import tcp_bytes
 
 METHOD = "/rallypoint.bench.v1.Floor/Round"
 TIMEOUT = 300.0
+#: grpc core cancels calls that wait for the server to take them beyond a pending-request limit
+#: (soft 1000, hard 3000 by default): a round's streams all arrive at once, so raise both.
+SERVER_OPTIONS = [
+    ("grpc.max_concurrent_streams", 1 << 20),
+    ("grpc.server.max_pending_requests", 1 << 20),
+    ("grpc.server.max_pending_requests_hard_limit", 1 << 20),
+]
 
 
 def _server(nodes: int) -> int:
@@ -64,7 +71,7 @@ def _server(nodes: int) -> int:
 
         handler = grpc.stream_stream_rpc_method_handler(round_)
         generic = grpc.method_handlers_generic_handler("rallypoint.bench.v1.Floor", {"Round": handler})
-        server = grpc.aio.server(options=[("grpc.max_concurrent_streams", 1 << 20)])
+        server = grpc.aio.server(options=SERVER_OPTIONS)
         server.add_generic_rpc_handlers((generic,))
         port = server.add_insecure_port("127.0.0.1:0")
         await server.start()
