@@ -19,9 +19,20 @@ through the backend's own client in threads (as above) or, with ``--floor-client
 bare ``grpc.aio`` stubs in asyncio tasks (no handler, no retry, no JSON: grpcio's own cost). It
 shows what the calls alone cost this machine, before any rendezvous protocol.
 
+Bytes per node are the TCP payload (gRPC's HTTP/2 frames included) that each client process's
+connections to the server received and sent during the round, read from the kernel
+(``TCP_INFO``, :mod:`tools.bench.tcp_bytes`), divided by the nodes of the process.
+
+``--nodes`` takes several counts (one fresh server each); ``--torch N,...`` also times torch's
+c10d rendezvous with that many real node processes (as ``tools/bench/rendezvous.py`` does);
+``--json FILE`` stores the figures and ``--plot FILE.svg`` draws server CPU per node and wall time
+against N on log scales (:mod:`tools.bench.svg_chart`, no plotting dependency).
+
 Run from the repository root:
 
     .venv/bin/python tools/bench/grpc_server_scale.py --nodes 4096 --procs 8
+    .venv/bin/python tools/bench/grpc_server_scale.py --nodes 256,1024,4096 --procs 16 --torch 2,64 \\
+        --json docs/bench/grpc_server_scale.json --plot docs/bench/grpc_server_scale.svg
     .venv/bin/python tools/bench/grpc_server_scale.py --nodes 4096 --procs 16 --floor 1
 """
 
@@ -35,11 +46,15 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 if __package__ in (None, ""):  # run as a script: make `tools.bench` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from tools.bench.harness import format_duration
+from tools.bench.rendezvous import RendezvousSide, VirtualClock, _parse_sizes
+from tools.bench.svg_chart import Panel, log_log_chart
+from tools.bench.tcp_bytes import tcp_bytes
 
 RALLYPOINT = str(Path(sys.executable).with_name("rallypoint"))
 TIMEOUT = 600.0
@@ -95,14 +110,18 @@ def _worker(argv: list[str]) -> int:
             out.append(item)
 
     threads = [threading.Thread(target=node, args=(a.first + i, h), daemon=True) for i, h in enumerate(handlers)]
+    port = int(a.endpoint.rsplit(":", 1)[1])
     print("ready", flush=True)
     os.read(a.start_fd, 1)
+    before = tcp_bytes(port)
     cpu = time.process_time()
     for t in threads:
         t.start()
     for t in threads:
         t.join(TIMEOUT)
-    print(json.dumps({"cpu": time.process_time() - cpu, "nodes": out}), flush=True)
+    cpu = time.process_time() - cpu
+    received, sent = _bytes_delta(before, tcp_bytes(port))
+    print(json.dumps({"cpu": cpu, "received": received, "sent": sent, "nodes": out}), flush=True)
     os._exit(0)
 
 
@@ -132,12 +151,34 @@ def _aio_floor(a: argparse.Namespace) -> int:
                 except grpc.aio.AioRpcError as exc:  # reported to the parent, as the threads' failures
                     out.append({"error": f"{exc.code().name}: {exc.details()}"})
 
+            port = int(a.endpoint.rsplit(":", 1)[1])
+            before = tcp_bytes(port)
             cpu = time.process_time()
             await asyncio.gather(*(node(i) for i in range(a.first, a.first + a.count)))
-            print(json.dumps({"cpu": time.process_time() - cpu, "nodes": out}), flush=True)
+            cpu = time.process_time() - cpu
+            received, sent = _bytes_delta(before, tcp_bytes(port))
+            report = {"cpu": cpu, "received": received, "sent": sent, "nodes": out}
+            print(json.dumps(report), flush=True)
 
     asyncio.run(run())
     os._exit(0)
+
+
+def _counts(text: str) -> tuple[int, ...]:
+    """``--nodes``/``--torch``: comma-separated positive integers."""
+    try:
+        return _parse_sizes(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"wants comma-separated positive integers, got {text!r}") from None
+
+
+def _bytes_delta(before: dict[int, tuple[int, int]], after: dict[int, tuple[int, int]]) -> tuple[int, int]:
+    """Bytes received and sent between two :func:`tcp_bytes` readings (a socket new since counts whole)."""
+    received = sent = 0
+    for inode, (rx, tx) in after.items():
+        rx0, tx0 = before.get(inode, (0, 0))
+        received, sent = received + rx - rx0, sent + tx - tx0
+    return received, sent
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -152,10 +193,144 @@ def _memory_mib(pid: int, field: str) -> float:
     return float("nan")
 
 
+def _round(nodes: int, procs: int, floor: int, floor_client: str, profile: str | None = None) -> dict[str, Any]:
+    """One server, ``nodes`` simulated nodes in ``procs`` client processes, one round (or floor), checked.
+
+    With ``profile``, the server runs under cProfile and writes its profile there when it stops.
+    """
+    cmd = [RALLYPOINT, "rdzv", "serve", "--port", "0"]
+    if profile:
+        cmd = [sys.executable, "-m", "cProfile", "-o", profile, *cmd]
+    server = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    assert server.stdout is not None
+    endpoint = server.stdout.readline().split("serving on ")[1].split()[0]
+    start_r, start_w = os.pipe()
+    per = -(-nodes // procs)
+    clients = []
+    try:
+        for first in range(0, nodes, per):
+            count = min(per, nodes - first)
+            cmd = [sys.executable, __file__, "--worker", "--endpoint", endpoint, "--first", str(first)]
+            cmd += ["--count", str(count), "--nodes", str(nodes), "--start-fd", str(start_r)]
+            cmd += ["--floor", str(floor), "--floor-client", floor_client]
+            clients.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, pass_fds=(start_r,)))
+        os.close(start_r)
+        for c in clients:
+            assert c.stdout is not None
+            line = c.stdout.readline().strip()
+            if line != "ready":
+                raise SystemExit(f"a client process failed to start: {line!r}")
+        cpu0, rss0 = _cpu_seconds(server.pid), _memory_mib(server.pid, "VmRSS")
+        released = time.monotonic()
+        os.close(start_w)
+        results, client_cpu, received, sent = [], 0.0, 0, 0
+        for c in clients:
+            assert c.stdout is not None
+            line = c.stdout.readline()
+            if not line.strip():
+                raise SystemExit(f"a client process (pid {c.pid}) exited without its report; see its stderr above")
+            report = json.loads(line)
+            results.extend(report["nodes"])
+            client_cpu += report["cpu"]
+            received += report.get("received", 0)
+            sent += report.get("sent", 0)
+        cpu1 = _cpu_seconds(server.pid)
+        peak, rss1 = _memory_mib(server.pid, "VmHWM"), _memory_mib(server.pid, "VmRSS")
+    finally:
+        for c in clients:
+            c.kill()
+        if profile:  # SIGTERM: the server stops cleanly and cProfile writes its file
+            server.terminate()
+            try:
+                server.wait(60)
+            except subprocess.TimeoutExpired:
+                server.kill()
+        else:
+            server.kill()
+    errors = [r["error"] for r in results if "error" in r]
+    if errors:
+        raise SystemExit(f"{len(errors)} node(s) failed, e.g. {errors[0]}")
+    ranks = sorted(r["rank"] for r in results)
+    if ranks != list(range(nodes)) or len({r["round"] for r in results}) != 1:
+        raise SystemExit(f"wrong result: {len(results)} nodes, rounds {sorted({r['round'] for r in results})}")
+    return {
+        "nodes": nodes,
+        "procs": procs,
+        "per_proc": per,
+        "wall_s": max(r["t"] for r in results) - released,
+        "server_cpu_s": cpu1 - cpu0,
+        "client_cpu_s": client_cpu,
+        "bytes_received_per_node": received / nodes,
+        "bytes_sent_per_node": sent / nodes,
+        "server_rss_mib_before": rss0,
+        "server_rss_mib_after": rss1,
+        "server_peak_mib": peak,
+    }
+
+
+def _report(r: dict[str, Any], floor: int, floor_client: str) -> None:
+    kind = "asyncio tasks" if floor and floor_client == "aio" else "threads"
+    shape = f"{r['procs']} client processes x {r['per_proc']} {kind}, one channel each"
+    print(f"grpc server scale: {r['nodes']} nodes ({shape})")
+    if floor:
+        print(f"floor: {floor} bare Get call(s) per node, no rendezvous protocol ({floor_client} clients)")
+        print(f"release to the last node's last call: {format_duration(r['wall_s'])}")
+    else:
+        print(f"one round, release to last next_rendezvous() return: {format_duration(r['wall_s'])}")
+    print(f"server CPU during the round: {r['server_cpu_s']:.2f} s (user + system)")
+    print(f"client processes' CPU during the round: {r['client_cpu_s']:.2f} s in all")
+    print(
+        f"bytes per node (TCP payload, gRPC framing included): {r['bytes_received_per_node']:.0f} received, "
+        f"{r['bytes_sent_per_node']:.0f} sent"
+    )
+    print(
+        f"server memory: {r['server_rss_mib_before']:.0f} MiB before the round, {r['server_rss_mib_after']:.0f} MiB "
+        f"after, peak {r['server_peak_mib']:.0f} MiB",
+        flush=True,
+    )
+
+
+def _print_profile(path: str) -> None:
+    import pstats
+
+    if not Path(path).exists():
+        print(f"server profile: {path} was not written (the server did not stop cleanly)", flush=True)
+        return
+    print(f"server profile (whole server life, under cProfile): {path}; own time, top 15:", flush=True)
+    pstats.Stats(path, stream=sys.stdout).sort_stats("tottime").print_stats(15)
+
+
+def _torch(nodes: int) -> dict[str, Any]:
+    """One torch c10d rendezvous of ``nodes`` fresh node processes (tools/bench/rendezvous.py's side B)."""
+    wall = RendezvousSide("torch", nodes, VirtualClock()).run_once()
+    print(
+        f"torch c10d N={nodes}: one rendezvous of {nodes} node processes, release to last return: "
+        f"{format_duration(wall)}",
+        flush=True,
+    )
+    return {"nodes": nodes, "wall_s": wall}
+
+
+def _chart(rounds: list[dict[str, Any]], torch: list[dict[str, Any]], caption: str) -> str:
+    cpu = {"rallypoint grpc: server CPU per node": [(r["nodes"], r["server_cpu_s"] / r["nodes"] * 1e3) for r in rounds]}
+    wall: dict[str, list[tuple[float, float]]] = {"rallypoint grpc": [(r["nodes"], r["wall_s"]) for r in rounds]}
+    if torch:
+        wall["torch c10d"] = [(t["nodes"], t["wall_s"]) for t in torch]
+    return log_log_chart(
+        [
+            Panel("Server CPU per node", "ms of CPU per node", cpu),
+            Panel("Round wall time", "seconds, release to last return", wall),
+        ],
+        caption=caption,
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Start the server and the client processes, release them, check and report."""
+    """Start the server and the client processes, release them, check and report, for each N."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--nodes", type=int, default=4096)
+    parser.add_argument(
+        "--nodes", type=_counts, default=(4096,), metavar="N,N,...", help="simulated node counts (default 4096)"
+    )
     parser.add_argument("--procs", type=int, default=8)
     parser.add_argument(
         "--floor",
@@ -172,67 +347,56 @@ def main(argv: list[str] | None = None) -> int:
         help="--floor's clients: the grpc backend's own client in threads (as a real round), or bare "
         "grpc.aio stubs in asyncio tasks (grpcio's own floor)",
     )
+    parser.add_argument(
+        "--torch",
+        type=_counts,
+        default=(),
+        metavar="N,N,...",
+        help="also time torch's c10d rendezvous with this many real node processes (a torch node needs ~150 MB: "
+        "64 is about the most this 2-CPU machine runs)",
+    )
+    parser.add_argument("--json", metavar="FILE", help="store the figures as JSON")
+    parser.add_argument(
+        "--server-profile",
+        metavar="FILE",
+        help="run the server under cProfile and store its profile (FILE, or FILE.<N> for several N) and "
+        "print its 15 most expensive functions (own time); the profiler slows the server",
+    )
+    parser.add_argument(
+        "--plot", metavar="FILE.svg", help="draw server CPU per node and wall time against N (log scales) as SVG"
+    )
     args = parser.parse_args(argv)
     if args.floor < 0:
         parser.error(f"--floor wants a count >= 0, got {args.floor}")
     if args.floor_client != "threads" and not args.floor:
         parser.error("--floor-client applies to --floor runs only")
-    server = subprocess.Popen(
-        [RALLYPOINT, "rdzv", "serve", "--port", "0"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+    if args.procs < 1:
+        parser.error(f"--procs wants a count >= 1, got {args.procs}")
+    if args.plot and not args.plot.endswith(".svg"):
+        parser.error(f"--plot wants a file name ending in .svg, got {args.plot!r}")
+    rounds = []
+    for n in args.nodes:
+        profile = None
+        if args.server_profile:
+            profile = args.server_profile if len(args.nodes) == 1 else f"{args.server_profile}.{n}"
+        r = _round(n, min(args.procs, n), args.floor, args.floor_client, profile)
+        _report(r, args.floor, args.floor_client)
+        if profile:
+            _print_profile(profile)
+        rounds.append(r)
+    torch = [_torch(n) for n in args.torch]
+    load = os.getloadavg()
+    caption = (
+        f"{'floor: ' + str(args.floor) + ' bare call(s) per node; ' if args.floor else ''}"
+        f"{os.cpu_count()} CPUs, load average {load[0]:.1f} at the end; "
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}"
     )
-    assert server.stdout is not None
-    endpoint = server.stdout.readline().split("serving on ")[1].split()[0]
-    start_r, start_w = os.pipe()
-    per = -(-args.nodes // args.procs)
-    clients = []
-    try:
-        for first in range(0, args.nodes, per):
-            count = min(per, args.nodes - first)
-            cmd = [sys.executable, __file__, "--worker", "--endpoint", endpoint, "--first", str(first)]
-            cmd += ["--count", str(count), "--nodes", str(args.nodes), "--start-fd", str(start_r)]
-            cmd += ["--floor", str(args.floor), "--floor-client", args.floor_client]
-            clients.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, pass_fds=(start_r,)))
-        os.close(start_r)
-        for c in clients:
-            assert c.stdout is not None
-            line = c.stdout.readline().strip()
-            if line != "ready":
-                raise SystemExit(f"a client process failed to start: {line!r}")
-        cpu0, rss0 = _cpu_seconds(server.pid), _memory_mib(server.pid, "VmRSS")
-        released = time.monotonic()
-        os.close(start_w)
-        results, client_cpu = [], 0.0
-        for c in clients:
-            assert c.stdout is not None
-            line = c.stdout.readline()
-            if not line.strip():
-                raise SystemExit(f"a client process (pid {c.pid}) exited without its report; see its stderr above")
-            report = json.loads(line)
-            results.extend(report["nodes"])
-            client_cpu += report["cpu"]
-        cpu1 = _cpu_seconds(server.pid)
-        peak, rss1 = _memory_mib(server.pid, "VmHWM"), _memory_mib(server.pid, "VmRSS")
-    finally:
-        for c in clients:
-            c.kill()
-        server.kill()
-    errors = [r["error"] for r in results if "error" in r]
-    if errors:
-        raise SystemExit(f"{len(errors)} node(s) failed, e.g. {errors[0]}")
-    ranks = sorted(r["rank"] for r in results)
-    if ranks != list(range(args.nodes)) or len({r["round"] for r in results}) != 1:
-        raise SystemExit(f"wrong result: {len(results)} nodes, rounds {sorted({r['round'] for r in results})}")
-    elapsed = max(r["t"] for r in results) - released
-    kind = "asyncio tasks" if args.floor and args.floor_client == "aio" else "threads"
-    print(f"grpc server scale: {args.nodes} nodes ({args.procs} client processes x {per} {kind}, one channel each)")
-    if args.floor:
-        print(f"floor: {args.floor} bare Get call(s) per node, no rendezvous protocol ({args.floor_client} clients)")
-        print(f"release to the last node's last call: {format_duration(elapsed)}")
-    else:
-        print(f"one round, release to last next_rendezvous() return: {format_duration(elapsed)}")
-    print(f"server CPU during the round: {cpu1 - cpu0:.2f} s (user + system)")
-    print(f"client processes' CPU during the round: {client_cpu:.2f} s in all")
-    print(f"server memory: {rss0:.0f} MiB before the round, {rss1:.0f} MiB after, peak {peak:.0f} MiB")
+    if args.json:
+        data = {"title": "grpc server scale", "floor": args.floor, "caption": caption}
+        data |= {"rounds": rounds, "torch_c10d": torch}
+        Path(args.json).write_text(json.dumps(data, indent=2) + "\n")
+    if args.plot:
+        Path(args.plot).write_text(_chart(rounds, torch, caption))
     return 0
 
 

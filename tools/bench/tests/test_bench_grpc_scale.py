@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
@@ -23,6 +25,25 @@ def test_a_small_server_scale_round_completes_and_reports_cpu_and_memory() -> No
         assert line in out
     assert "client processes' CPU during the round:" in out
     assert "server memory:" in out
+    received = float(out.split("bytes per node (TCP payload, gRPC framing included): ")[1].split()[0])
+    assert received > 100  # every node received at least its replies
+
+
+@pytest.mark.slow
+def test_several_sizes_store_json_and_draw_an_svg_chart(tmp_path: Path) -> None:
+    data, chart = tmp_path / "scale.json", tmp_path / "scale.svg"
+    cmd = [sys.executable, str(SCRIPT), "--nodes", "8,16", "--procs", "2", "--json", str(data), "--plot", str(chart)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    result = json.loads(data.read_text())
+    assert [r["nodes"] for r in result["rounds"]] == [8, 16]
+    for r in result["rounds"]:
+        assert r["wall_s"] > 0
+        assert r["server_cpu_s"] >= 0
+        assert r["bytes_received_per_node"] > 100
+        assert r["server_peak_mib"] >= r["server_rss_mib_before"]
+    svg = ET.fromstring(chart.read_text())
+    assert len(list(svg.iter("{http://www.w3.org/2000/svg}circle"))) == 4  # two sizes on each of two panels
 
 
 @pytest.mark.slow
@@ -42,8 +63,18 @@ def test_a_floor_run_makes_bare_calls_and_says_so(client: str) -> None:
     assert "one round" not in proc.stdout
 
 
-@pytest.mark.parametrize("args", [["--floor", "-1"], ["--floor-client", "aio"]])
-def test_bad_floor_arguments_exit_2(args: list[str]) -> None:
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (["--floor", "-1"], "--floor"),
+        (["--floor-client", "aio"], "--floor"),
+        (["--plot", "chart.png"], "--plot"),
+        (["--nodes", "0"], "--nodes"),
+        (["--torch", "2,x"], "--torch"),
+        (["--procs", "0"], "--procs"),
+    ],
+)
+def test_bad_arguments_exit_2(args: list[str], named: str) -> None:
     proc = subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2
-    assert "--floor" in proc.stderr
+    assert named in proc.stderr

@@ -176,10 +176,17 @@ class TokenInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         return grpc.stream_stream_rpc_method_handler(deny)
 
 
-def server_options(max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> list[tuple[str, Any]]:
-    """Server options: message limits, no SO_REUSEPORT, keepalive pings accepted, idle connections closed.
+#: Calls that have arrived but that the server's event loop has not taken up yet. grpc core's
+#: defaults (1000 soft, 3000 hard) cancel calls beyond them: when thousands of agents call at
+#: once (a round's joins, their watches), some were answered ``CANCELLED`` (#38).
+MAX_PENDING_CALLS = 65_536
 
-    Without SO_REUSEPORT a second server on the same port fails to bind instead of sharing it.
+
+def server_options(max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> list[tuple[str, Any]]:
+    """Server options: limits, no SO_REUSEPORT, keepalive pings accepted, idle connections closed.
+
+    Room is left for :data:`MAX_PENDING_CALLS` calls arriving at once. Without SO_REUSEPORT a
+    second server on the same port fails to bind instead of sharing it.
     """
     return [
         ("grpc.max_receive_message_length", max_message_bytes),
@@ -189,6 +196,8 @@ def server_options(max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> list[t
         ("grpc.http2.min_ping_interval_without_data_ms", 5_000),
         ("grpc.keepalive_permit_without_calls", 1),
         ("grpc.max_concurrent_streams", 1_000_000),
+        ("grpc.server.max_pending_requests", MAX_PENDING_CALLS),
+        ("grpc.server.max_pending_requests_hard_limit", MAX_PENDING_CALLS),
     ]
 
 
