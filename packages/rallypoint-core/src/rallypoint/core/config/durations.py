@@ -132,8 +132,9 @@ def duration_json_schema(*, positive: bool) -> dict[str, Any]:
     says it). A positive duration's string must hold a digit other than 0 (a zero time is
     written with zeros only).
 
-    >>> duration_json_schema(positive=True)["anyOf"][0]
-    {'type': 'number', 'exclusiveMinimum': 0, 'maximum': 31536000.0}
+    Examples:
+        >>> duration_json_schema(positive=True)["anyOf"][0]
+        {'type': 'number', 'exclusiveMinimum': 0, 'maximum': 31536000.0}
     """
     number: dict[str, Any] = {"type": "number"}
     number["exclusiveMinimum" if positive else "minimum"] = 0
