@@ -74,7 +74,6 @@ def test_building_the_creator_imports_nothing() -> None:
 
 
 def test_the_creator_gives_torch_a_handler_on_the_backend() -> None:
-    pytest.importorskip("torch", reason="the torch adapter needs torch")
     create = torchrun_creator("tr-space", hook=HOOK, backend="space", endpoint_hint="NAME")
     params = Params(
         endpoint="green", config={"join_timeout": "5"}, run_id="job", min_nodes=1, max_nodes=1, local_addr=None
