@@ -71,7 +71,8 @@ _state: dict[str, Any] = {}
 
 def _stacks(directory: str, rank: str) -> None:
     path = os.path.join(directory, f"rank_{rank}.stacks")
-    f = open(path, "w", buffering=1)  # noqa: SIM115 - kept open for the worker's life: the handler writes into it
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)  # private, as the logs
+    f = open(fd, "w", buffering=1)  # noqa: SIM115 - kept open for the worker's life: the handler writes into it
     faulthandler.register(DUMP_SIGNAL, file=f, all_threads=True, chain=False)
     f.write(f"# rallypoint stacks pid={os.getpid()}\n")  # after register: the agent signals only a ready worker
     _state["stacks"] = f
