@@ -219,7 +219,11 @@ def test_the_nodes_of_one_job_share_its_log_directory(area: Path) -> None:
     ]
     results = [agent.communicate(timeout=120) for agent in agents]
     assert [agent.returncode for agent in agents] == [0, 0], results
-    assert sorted(p.name for p in (area / "shared" / "attempt_0").iterdir()) == ["rank_0.log", "rank_1.log"]
+    attempt = area / "shared" / "attempt_0"
+    # each node's worker logs, and beside them the debug files (stacks, flight record) of both
+    assert sorted(p.name for p in attempt.iterdir()) == ["debug", "rank_0.log", "rank_1.log"]
+    debug = sorted(p.name for p in (attempt / "debug").iterdir())
+    assert debug == ["rank_0.flight", "rank_0.stacks", "rank_1.flight", "rank_1.stacks"]
     assert not (area / "shared.1").exists()
 
 
