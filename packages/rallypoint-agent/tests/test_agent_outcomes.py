@@ -162,3 +162,84 @@ def test_a_signal_while_workers_start_stops_those_started_and_says_so(tmp_path: 
     assert "received SIGTERM; stopping workers" in said
     assert (out / "term0").read_text() == "SIGTERM"
     assert not (out / "started1").exists(), "rank 1 started after the signal"
+
+
+class Recorder:
+    """Stands in for the agent's debug service and console: records what the kill does, in order."""
+
+    def __init__(self) -> None:
+        self.events: list[str] = []
+        self.diagnosis: str | None = None
+
+    def report_hang(self, why: str, say: Any) -> str:
+        self.events.append("report")
+        self.diagnosis = "ranks 0 wait in all_reduce #3"
+        return self.diagnosis
+
+
+def test_a_watchdog_kill_publishes_the_failure_dated_at_the_deadline_before_the_kill(tmp_path: Path) -> None:
+    """The root cause of a watchdog kill is the expired worker, not the peers that lost it after the kill.
+
+    Once the worker is killed its peers fail (their collective lost it), and the node that closes
+    the job may print its report before the killed worker's own exit was seen and published. So
+    its failure is published before the kill, dated at the timer's deadline (CI saw a peer named
+    as the root cause of a watchdog kill on a loaded machine: the record came after the peer's,
+    and was dated when the exit was observed).
+    """
+    from rallypoint.agent.logs import WorkerLogs
+    from rallypoint.agent.ranks.model import WorkerRanks
+    from rallypoint.agent.report import FailureReport, WorkerFailure
+    from rallypoint.agent.restart_budget import FAILURES_PREFIX
+    from rallypoint.agent.watchdog_kills import WatchdogKills
+    from rallypoint.agent.workers import WorkerExit, WorkerGroup, WorkerSpec
+    from rallypoint.core.records import BackendRecord
+    from rallypoint.timer.watchdog_core import Expiry
+
+    run_id = f"wd-{uuid.uuid4().hex[:8]}"
+    backend = MemoryBackend(run_id, shared=False)
+    handler = RendezvousHandler(backend, make_node(0), min_nodes=1, max_nodes=1, timeouts=FAST)
+    settings = AgentSettings(argv=[sys.executable, "-c", "pass"], run_id=run_id, host="h", log_dir=tmp_path)
+    agent = ElasticAgent(handler, settings, console=io.StringIO())
+    debug = Recorder()
+    published: list[WorkerFailure] = []
+
+    def publish(failure: WorkerFailure) -> None:
+        debug.events.append("publish")
+        agent.budget.publish(failure)
+        published.append(failure)
+
+    record = BackendRecord(name="file")  # never started: on_expiry is called directly
+    agent._kills = kills = WatchdogKills(record, None, debug, lambda line: None, publish)  # type: ignore[arg-type]
+    logs = WorkerLogs(None)
+
+    def ranks(rank: int) -> WorkerRanks:
+        return WorkerRanks(node_id="n0", local_rank=rank, rank=rank, world_size=2, role="default", role_rank=rank,
+                           role_world_size=2, local_world_size=2, group_rank=0, group_world_size=1)  # fmt: skip
+
+    def failure_of(ex: WorkerExit) -> WorkerFailure:
+        return agent._failure(ex, ranks(ex.rank), logs, tmp_path, 0, "n0")
+
+    group = WorkerGroup()
+    group.start([WorkerSpec(rank=1, argv=[sys.executable, "-c", "import time; time.sleep(60)"])])
+    try:
+        kills.follow(group, failure_of)
+        pid = group.pids[1]
+        now = time.time()
+        kills.on_expiry(Expiry(pid=pid, rank=1, scope="data_load", deadline=now - 3.0, acquired_at=now - 4.0))
+        exits = group.stop(grace=5)
+    finally:
+        group.stop(grace=0)
+    assert debug.events == ["report", "publish"]  # gathered while the hang was there, published before the kill
+    assert exits[1].signal_name == "SIGKILL"
+    early = published[0]
+    assert (early.rank, early.time, early.signal) == (1, now - 3.0, "SIGKILL")
+    assert early.reason.startswith("watchdog timer 'data_load' expired after 1s, killed")
+    assert early.reason.endswith("; hang ranks 0 wait in all_reduce #3")
+    assert list(backend.list(FAILURES_PREFIX)) == [f"{FAILURES_PREFIX}0/n0/1"]
+    # a peer that lost it fails after the kill, but its exit may be seen first: the killed worker is the root cause
+    peer = failure_of(WorkerExit(0, 100, 1, now - 5, now - 0.5))
+    killed = failure_of(exits[1])
+    assert killed.time == now - 3.0
+    assert peer.time == now - 0.5  # no timer expired: the time its exit was seen
+    report = FailureReport.build(run_id, [peer, killed], restarts=0, max_restarts=0)
+    assert report.root_cause is killed

@@ -31,7 +31,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import signal
 import socket
 import sys
 import time
@@ -55,7 +54,7 @@ from rallypoint.agent.restart_budget import RESTARTS_KEY, RestartBudget
 from rallypoint.agent.settings import AgentResult, AgentSettings, AgentSignal, Outcome, install_signal_handlers
 from rallypoint.agent.waiting import waiting_line
 from rallypoint.agent.warm import WarmLauncher
-from rallypoint.agent.watchdog import WatchdogExpiry, WatchdogServer, expired_reason
+from rallypoint.agent.watchdog_kills import WatchdogKills
 from rallypoint.agent.workers import WorkerExit, WorkerGroup, WorkerSpec
 from rallypoint.core.errors import RallypointError
 
@@ -70,8 +69,6 @@ __all__ = [
     "AgentSettings",
     "ElasticAgent",
     "Outcome",
-    "WatchdogExpiry",
-    "WatchdogServer",
 ]
 
 log = logging.getLogger("rallypoint.agent")
@@ -112,8 +109,6 @@ class ElasticAgent:
         )
         self._signal: int | None = None
         self.budget = RestartBudget(self.backend, handler.node_id, settings.max_restarts, self.say, pm)
-        self._watchdog: WatchdogServer | None = None
-        self._expired: dict[int, WatchdogExpiry] = {}
         self.rounds = 0
         self.rejoins = 0  # times this node rejoined after losing the rendezvous
         self._lost: rejoining.Lost | None = None  # set while it rejoins
@@ -124,6 +119,11 @@ class ElasticAgent:
         self._not_shown_said = 0  # console lines not shown since run() began, as last reported
         self._not_shown_before = 0  # ... and the process's count when it began
         self._debug = DebugService(self.backend, handler.node_id, self.host)  # answers `rallypoint debug stacks`
+        self._kills = (  # serves [timer] watchdog timers, kills the workers whose timers expire
+            WatchdogKills(settings.watchdog, settings.watchdog_options, self._debug, self.say, self.budget.publish)
+            if settings.watchdog is not None
+            else None
+        )
 
     # -- messages ----------------------------------------------------------------------------
     def say(self, message: str) -> None:
@@ -179,7 +179,8 @@ class ElasticAgent:
         restore = install_signal_handlers(self.settings.signals)
         try:
             self._warm.start()  # with modules to preload, the warm process imports them while the rendezvous runs
-            self._start_watchdog()
+            if self._kills is not None:
+                self._kills.start(self.log_dir)
             self._debug.start()
             return self._loop()
         except AgentSignal as sig:
@@ -196,8 +197,8 @@ class ElasticAgent:
             self._debug.stop()
             with contextlib.suppress(Exception):
                 self.handler.shutdown()
-            if self._watchdog is not None:
-                self._watchdog.stop()
+            if self._kills is not None:
+                self._kills.stop()
             restore()
 
     def _loop(self) -> AgentResult:
@@ -391,8 +392,8 @@ class ElasticAgent:
                 for extra in self.pm.hook.rallypoint_worker_env(worker=ctx) or []:
                     plugin_env.update(extra or {})
             extra = dict(self.settings.worker_env)
-            if self._watchdog is not None:
-                extra.update(self._watchdog.worker_env(w.rank))
+            if self._kills is not None:
+                extra.update(self._kills.worker_env(w.rank))
             extra["RALLYPOINT_DEBUG_DIR"] = str(attempt_dir / "debug")  # stacks and flight record (#40)
             if self.settings.timeline:
                 extra["RALLYPOINT_TIMELINE_FILE"] = str(attempt_dir / "timeline" / f"rank_{w.rank}.jsonl")
@@ -431,9 +432,10 @@ class ElasticAgent:
         head_start = self.settings.store_head_start if 0 in contexts and len(specs) > 1 else 0.0
         try:  # a signal may come while the workers start: those started are stopped with it
             group.start(specs, head_start=head_start)
-            if self._watchdog is not None:
-                for rank, pid in group.pids.items():
-                    self._watchdog.register_worker(pid, rank)
+            if self._kills is not None:
+                self._kills.follow(
+                    group, lambda ex: self._failure(ex, contexts[ex.rank], logs, attempt_dir, restarts, node_id)
+                )
             if self.pm is not None:
                 self.pm.hook.rallypoint_agent_workers_started(group=group)
             poll = min(0.5, max(0.05, self.handler.timeouts.heartbeat_interval / 4))
@@ -464,6 +466,8 @@ class ElasticAgent:
             raise
         finally:
             self._group = None
+            if self._kills is not None:
+                self._kills.follow(None)
 
     def _monitor(self, group: WorkerGroup) -> tuple[Outcome, WorkerExit | None]:
         interval = self.settings.monitor_interval
@@ -503,10 +507,10 @@ class ElasticAgent:
     ) -> WorkerFailure:
         err = read_error_file(attempt_dir / f"rank_{ex.rank}.error.json")
         log_file = logs.log_path(ex.rank)
-        reason = ex.describe()
-        expiry = self._expired.pop(ex.pid, None)
-        if expiry is not None:
-            reason = expired_reason(expiry, ex.describe(), self._debug.diagnosis)
+        reason, failed_at = ex.describe(), ex.exited_at
+        killed = self._kills.explain(ex) if self._kills is not None else None
+        if killed is not None:  # its watchdog timer expired: it failed then, and the reason says so
+            reason, failed_at = killed
         return WorkerFailure(
             rank=ex.rank,
             local_rank=ranks.local_rank,
@@ -516,7 +520,7 @@ class ElasticAgent:
             pid=ex.pid,
             exit_code=ex.exit_code,
             signal=ex.signal_name,
-            time=ex.exited_at,
+            time=failed_at,
             reason=reason,
             exception=err.message if err is not None and err.problem is None else None,
             traceback=err.traceback if err is not None else None,
@@ -571,24 +575,3 @@ class ElasticAgent:
             return self._result(0, restarts=restarts)
         self.say(f"job {self.settings.run_id!r} was closed ({reason}) before this node's workers finished")
         return self._result(1, restarts=restarts)
-
-    # -- watchdog ------------------------------------------------------------------------------
-    def _start_watchdog(self) -> None:
-        record = self.settings.watchdog
-        if record is None:
-            return
-        backend = record.load()
-        self._watchdog = backend.start_server(self.log_dir, self.settings.watchdog_options)
-        self._watchdog.set_expiry_handler(self._on_expiry)
-        self.say(f"watchdog timers: {record.name}")
-
-    def _on_expiry(self, expiry: WatchdogExpiry) -> None:
-        """Kill the worker whose timer expired (its whole process group); the monitor reports it."""
-        group = self._group
-        if group is None or expiry.pid not in group.pids.values():
-            return
-        self._expired[expiry.pid] = expiry
-        self.say(expiry.describe() + "; gathering every worker's stacks (debug stacks), then killing it")
-        self._debug.report_hang(expiry.describe(), self.say)  # before the kill: the hang is still there
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(expiry.pid, signal.SIGKILL)

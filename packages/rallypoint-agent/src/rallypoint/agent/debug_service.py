@@ -57,11 +57,12 @@ class DebugService:
         self._answered: str | None = None
 
     def start(self) -> None:
-        """Start answering (requests made before now are not answered)."""
-        with contextlib.suppress(Exception):
-            entry = self.backend.get(DEBUG_REQUEST_KEY)
-            if entry is not None and isinstance(entry.value, dict):
-                self._answered = str(entry.value.get("id"))
+        """Start answering in a thread (a request older than its first read of the key space is not answered).
+
+        Nothing here touches the backend: the agent's first contact with the rendezvous is its join,
+        which waits for a server that starts later and says so (a read here blocked for the
+        client's retry time, and the join then found the server up and never said it waited).
+        """
         self._thread.start()
 
     def stop(self) -> None:
@@ -132,17 +133,21 @@ class DebugService:
 
     def _serve(self) -> None:
         version = None
+        first = True
         while not self._stop.is_set():
             try:
                 entry = self.backend.get(DEBUG_REQUEST_KEY)
                 if entry is not None:
                     version = entry.version
                     rid = str(entry.value.get("id")) if isinstance(entry.value, dict) else None
-                    if rid and rid != self._answered:
+                    if first:  # asked before this agent started: not for it
+                        self._answered = rid
+                    elif rid and rid != self._answered:
                         self._answered = rid
                         self.answer(rid)
                         if entry.value.get("hang") and entry.value.get("node") != self.node_id:
                             self._keep(rid)
+                first = False
                 self.backend.watch(DEBUG_REQUEST_KEY, version=version, timeout=1.0)
             except Exception as exc:  # noqa: BLE001 - the backend may be away for a while: retry
                 log.debug("debug service: %s", exc)

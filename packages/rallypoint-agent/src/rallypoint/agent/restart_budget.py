@@ -61,10 +61,14 @@ class RestartBudget:
         entry = self.backend.get(RESTARTS_KEY)
         return int(entry.value) if entry is not None else 0
 
+    def publish(self, failure: WorkerFailure) -> None:
+        """Publish one worker failure for every node's report (a later one of the same worker replaces it)."""
+        self.backend.set(f"{FAILURES_PREFIX}{failure.attempt}/{failure.node_id}/{failure.rank}", failure.to_json())
+
     def record(self, failures: Sequence[WorkerFailure]) -> None:
         """Publish this node's worker failures (for every node's report) and print their headlines."""
         for f in failures:
-            self.backend.set(f"{FAILURES_PREFIX}{f.attempt}/{f.node_id}/{f.rank}", f.to_json())
+            self.publish(f)
         for f in failures:
             self._say(f"worker {f.headline()}")
 
