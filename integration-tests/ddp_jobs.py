@@ -21,6 +21,7 @@ import fcntl
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -203,6 +204,7 @@ class DdpJob:
             try:
                 codes.append(agent.proc.wait(timeout=max(1.0, deadline - time.monotonic())))
             except subprocess.TimeoutExpired:
+                agent.lines.append((time.time(), self._stacks_of(agent)))  # where it waits, for the failure
                 agent.proc.kill()
                 codes.append(agent.proc.wait())
             if agent.reader is not None:
@@ -210,6 +212,14 @@ class DdpJob:
             # kept next to the job's output, for whoever debugs a failure
             (self.tmp / f"agent-{agent.host.name}-{agent.proc.pid}.log").write_text(agent.output())
         return codes
+
+    def _stacks_of(self, agent: Agent) -> str:
+        """An agent that did not end: its threads' stacks (it dumps them into its log directory on a signal)."""
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(agent.proc.pid, signal.SIGRTMIN + 5)
+        time.sleep(1.0)
+        dumps = sorted((self.tmp / "logs" / agent.host.name).glob("agent_*.stacks"))
+        return "".join(f"[test] {p}:\n{p.read_text(errors='replace')}" for p in dumps) or "[test] no agent stacks\n"
 
     def assert_succeeded(self, agents: Sequence[Agent] | None = None) -> None:
         codes = self.finish(agents)

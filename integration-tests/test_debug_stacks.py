@@ -192,3 +192,37 @@ def test_a_watchdog_expiry_gathers_the_report_on_every_host_before_the_kill(
         assert "watchdog timer 'data_load'" in kept.splitlines()[0]
         assert expected in kept
         assert frame in kept
+
+
+def test_the_agent_dumps_its_own_threads_on_the_workers_signal(tmp_path: Path) -> None:
+    """``kill -s RTMIN+5 <agent pid>``: where an agent that does not end waits, in its log directory."""
+    script = tmp_path / "sleepy.py"
+    script.write_text("import time\nprint('started', flush=True)\ntime.sleep(60)\n")
+    argv = [*CLI, "run", "--run-id", "agent-stacks", "--node-id", "n0", "--log-dir", str(tmp_path / "logs")]
+    agent = subprocess.Popen(
+        [*argv, str(script)], cwd=tmp_path, env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    try:
+        assert agent.stdout is not None
+        for line in agent.stdout:
+            if "started" in line:
+                break
+        dump = tmp_path / "logs" / "agent_n0.stacks"
+        assert dump.read_text().startswith(f"# rallypoint agent stacks pid={agent.pid}\n")
+        assert stat_mode(dump) == 0o600  # private, as the logs
+        agent.send_signal(signal.SIGRTMIN + 5)
+        deadline = time.monotonic() + 10
+        while "_monitor" not in dump.read_text() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        text = dump.read_text()
+        assert "_monitor" in text, text  # the main thread, watching the workers
+        assert "in _serve" in text, text  # and every other thread: the debug service's, the log pumps'
+        assert "in _pump" in text, text
+        assert agent.poll() is None  # only a dump: the agent and its worker go on
+    finally:
+        agent.terminate()
+        agent.wait(30)
+
+
+def stat_mode(path: Path) -> int:
+    return path.stat().st_mode & 0o777

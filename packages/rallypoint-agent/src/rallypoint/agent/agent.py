@@ -181,7 +181,7 @@ class ElasticAgent:
             self._warm.start()  # with modules to preload, the warm process imports them while the rendezvous runs
             if self._kills is not None:
                 self._kills.start(self.log_dir)
-            self._debug.start()
+            self._debug.start(self.log_dir)
             return self._loop()
         except AgentSignal as sig:
             if not sig.announced:  # between attempts: no worker of this node runs

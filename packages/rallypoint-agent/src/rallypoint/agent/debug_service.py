@@ -17,7 +17,7 @@ import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO
 
 from rallypoint.agent.debug_collect import collect_workers
 from rallypoint.rendezvous.keyspace import DEBUG_REQUEST_KEY, debug_reply_key, debug_reply_prefix
@@ -55,19 +55,54 @@ class DebugService:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._serve, name="rallypoint-debug", daemon=True)
         self._answered: str | None = None
+        self._stacks: TextIO | None = None  # the agent's own stacks file, while registered
 
-    def start(self) -> None:
+    def start(self, log_dir: Path | None = None) -> None:
         """Start answering in a thread (a request older than its first read of the key space is not answered).
 
         Nothing here touches the backend: the agent's first contact with the rendezvous is its join,
         which waits for a server that starts later and says so (a read here blocked for the
         client's retry time, and the join then found the server up and never said it waited).
+
+        With ``log_dir``, the agent itself dumps every thread's stack into
+        ``<log_dir>/agent_<node>.stacks`` on the workers' signal (``kill -s RTMIN+5 <agent pid>``):
+        that shows where an agent that does not end waits.
         """
+        if log_dir is not None:
+            self._own_stacks(log_dir / f"agent_{self.node_id}.stacks")
         self._thread.start()
 
-    def stop(self) -> None:
-        """Stop the thread (it ends within a second)."""
+    def _own_stacks(self, path: Path) -> None:
+        import faulthandler
+
+        from rallypoint.agent.debug_collect import DUMP_SIGNAL
+
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        except OSError as exc:
+            log.debug("agent stacks file %s: %s", path, exc)
+            return
+        self._stacks = open(fd, "w", buffering=1)  # noqa: SIM115 - kept open: the handler writes into it
+        faulthandler.register(DUMP_SIGNAL, file=self._stacks, all_threads=True, chain=False)
+        self._stacks.write(f"# rallypoint agent stacks pid={os.getpid()}\n")
+
+    def stop(self, timeout: float = 3.0) -> None:
+        """Stop the thread and wait for it (up to ``timeout``: its calls wait one second at most).
+
+        Waited for, so that the process does not exit while the thread is inside a backend call
+        (a gRPC call of a daemon thread at interpreter exit can hang the exit).
+        """
         self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+        if self._stacks is not None:
+            import faulthandler
+
+            from rallypoint.agent.debug_collect import DUMP_SIGNAL
+
+            faulthandler.unregister(DUMP_SIGNAL)
+            self._stacks.close()
+            self._stacks = None
 
     def follow(self, group: WorkerGroup, local_ranks: dict[int, int], directory: Path) -> None:
         """Answer with ``group``'s running workers (``rank -> local rank``), whose hooks write into ``directory``."""
