@@ -278,3 +278,78 @@ def test_a_terminal_shows_a_live_line_while_waiting_for_nodes(tmp_path: Path) ->
     # and the join timeout ends it with the timeout error naming what was missing
     assert agent.returncode != 0
     assert "join" in text
+
+
+def _status(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*RALLYPOINT, "status", *args], cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=60
+    )
+
+
+def test_status_shows_the_default_one_node_job_running_and_ended(tmp_path: Path) -> None:
+    """The memory backend lives in the agent: status reads the status.json the agent writes (#41 item 4).
+
+    It used to refuse with exit 2 ("needs a shared backend") for the job a newcomer runs first.
+    """
+    nothing = _status(tmp_path)  # before any job: says where it looked and what to do
+    assert nothing.returncode == 1
+    assert "no status.json under 'runs/{run_id}'" in nothing.stdout, nothing.stdout + nothing.stderr
+    (tmp_path / "go").write_text("")
+    script = "import os, time\nwhile os.path.exists('go'):\n    time.sleep(0.05)\n"  # until the test lets it end
+    (tmp_path / "wait.py").write_text(script)
+    agent = subprocess.Popen(
+        [*RALLYPOINT, "run", "--node-id", "solo", str(tmp_path / "wait.py")],
+        cwd=tmp_path,
+        env=_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while "(running)" not in (running := _status(tmp_path)).stdout and time.monotonic() < deadline:
+            time.sleep(0.2)
+        (tmp_path / "go").unlink()
+        _, err = agent.communicate(timeout=60)
+    finally:
+        agent.kill()
+        agent.wait()
+    assert agent.returncode == 0, err
+    assert running.returncode == 0, running.stdout + running.stderr
+    assert "round:     0 (running)" in running.stdout
+    assert "  0: solo  host " in running.stdout
+    assert "1 worker(s): 0 running" in running.stdout
+    run_id = running.stdout.split()[1]  # "run:       job-..." names the generated run id
+    assert f"(from runs/{run_id}/status.json, written by the job's agent)" in running.stdout
+    ended = _status(tmp_path, "--json")
+    assert ended.returncode == 0, ended.stderr
+    snap = json.loads(ended.stdout)
+    assert (snap["run_id"], snap["state"], snap["succeeded"]) == (run_id, "succeeded", True)
+    assert snap["ranks"] == {"0": "succeeded"}
+    assert snap["source"] == f"runs/{run_id}/status.json"
+    assert oct((tmp_path / snap["source"]).stat().st_mode & 0o777) == oct(0o600)  # private, as the logs
+    assert _status(tmp_path, "--run-id", "other").returncode == 1
+
+
+def test_status_shows_a_finished_c10d_job_its_agent_served(tmp_path: Path) -> None:
+    """A c10d rendezvous ends with the agent that served it: status reads what that agent left (#41 item 4).
+
+    It used to say "no rendezvous state (not started...)" for a job that had just finished.
+    """
+    import socket
+
+    (tmp_path / "ok.py").write_text("pass\n")
+    with socket.socket() as probe:  # a free port: the endpoint needs a fixed one
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    flags = ["--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--run-id", "c10d-done"]
+    done = subprocess.run(
+        [*RALLYPOINT, "run", *flags, str(tmp_path / "ok.py")],
+        cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    shown = _status(tmp_path, *flags)
+    assert shown.returncode == 0, shown.stdout + shown.stderr
+    assert "round:     0 (closed)" in shown.stdout
+    assert "ended:     job succeeded" in shown.stdout
+    assert "(from runs/c10d-done/status.json, written by the job's agent)" in shown.stdout

@@ -97,6 +97,9 @@ class GrpcBackend:
     #: ``HOST:PORT`` of the agent that serves this rendezvous when its state lives and dies with
     #: that agent (agent-hosted, no ``data_dir``, another agent); ``None``: it outlives any one node.
     hosted_by: str | None = None
+    #: Whether this process serves the run's state and keeps it nowhere else (agent-hosted, no
+    #: ``data_dir``): it ends with this process.
+    local_state: bool = False
 
     def __init__(
         self,
@@ -548,5 +551,6 @@ def create_grpc_backend(run_id: str, options: Any) -> GrpcBackend:
         # another node's agent serves it and keeps nothing on disk: the job's rendezvous lives
         # and dies with that agent (the agent fails fast when it is lost; see docs/grpc.md)
         backend.hosted_by = opts.endpoint
+    backend.local_state = hosted_here is not None and opts.data_dir is None
     backend.probe(min(_PROBE_WAIT, opts.retry_timeout))
     return backend

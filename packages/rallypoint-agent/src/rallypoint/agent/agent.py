@@ -52,6 +52,7 @@ from rallypoint.agent.ranks import RankAssignment, RankNode, WorkerRanks, comput
 from rallypoint.agent.report import FailureReport, WorkerFailure
 from rallypoint.agent.restart_budget import RESTARTS_KEY, RestartBudget
 from rallypoint.agent.settings import AgentResult, AgentSettings, AgentSignal, Outcome, install_signal_handlers
+from rallypoint.agent.status_file import StatusFile, keeps_state_here
 from rallypoint.agent.waiting import waiting_line
 from rallypoint.agent.warm import WarmLauncher
 from rallypoint.agent.watchdog_kills import WatchdogKills
@@ -119,6 +120,7 @@ class ElasticAgent:
         self._not_shown_said = 0  # console lines not shown since run() began, as last reported
         self._not_shown_before = 0  # ... and the process's count when it began
         self._debug = DebugService(self.backend, handler.node_id, self.host)  # answers `rallypoint debug stacks`
+        self._status: StatusFile | None = None  # set in run() when the job's state lives in this process
         self._kills = (  # serves [timer] watchdog timers, kills the workers whose timers expire
             WatchdogKills(settings.watchdog, settings.watchdog_options, self._debug, self.say, self.budget.publish)
             if settings.watchdog is not None
@@ -182,6 +184,8 @@ class ElasticAgent:
             if self._kills is not None:
                 self._kills.start(self.log_dir)
             self._debug.start(self.log_dir)
+            if keeps_state_here(self.backend):  # nothing outside this process can read the job: status.json
+                self._status = StatusFile(self.backend, self.settings.run_id, self.log_dir)
             return self._loop()
         except AgentSignal as sig:
             if not sig.announced:  # between attempts: no worker of this node runs
@@ -195,6 +199,8 @@ class ElasticAgent:
                 self._group.stop(grace=self.settings.stop_grace)
             self._warm.close()
             self._debug.stop()
+            if self._status is not None:
+                self._status.update()  # how the job ended
             with contextlib.suppress(Exception):
                 self.handler.shutdown()
             if self._kills is not None:
@@ -432,6 +438,8 @@ class ElasticAgent:
         head_start = self.settings.store_head_start if 0 in contexts and len(specs) > 1 else 0.0
         try:  # a signal may come while the workers start: those started are stopped with it
             group.start(specs, head_start=head_start)
+            if self._status is not None:
+                self._status.update()
             if self._kills is not None:
                 self._kills.follow(
                     group, lambda ex: self._failure(ex, contexts[ex.rank], logs, attempt_dir, restarts, node_id)

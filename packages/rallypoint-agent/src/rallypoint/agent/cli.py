@@ -415,10 +415,8 @@ def status(
     section, nodes = resolved.section(RendezvousSection), resolved.section(NodesSection)
     selection = resolved.selection("rendezvous.backend")
     assert selection is not None, "the rendezvous package declares rendezvous.backend"
-    if not backend_record(selection).multi_host:
-        raise click.UsageError(
-            f"the {section.backend} backend lives inside one agent process; status needs a shared backend"
-        )
+    if not backend_record(selection).multi_host:  # the job's agent writes what status shows into its log directory
+        return _status_from_file(resolved, section.run_id, as_json, watch, interval, limits="")
     if not section.run_id:
         raise click.UsageError("give the job's run id: --run-id ID (or rendezvous.run_id in the job file)")
     if selection.options is not None and "read_only" in type(selection.options).model_fields:  # status only reads
@@ -434,10 +432,59 @@ def status(
         if not as_json:
             raise
         snap, missing = None, str(exc)
+    if snap is None and _status_file(resolved, run)[0] is not None:  # its agent served the state, and ended
+        return _status_from_file(resolved, run, as_json, watch=False, interval=interval, limits=limits)
     if snap is None:
         click.echo(json.dumps({"run_id": run, "found": False, "error": missing}) if as_json else missing)
         return 1
     click.echo(json.dumps(snap, indent=2) if as_json else render(snap, limits))
+    return 0
+
+
+def _status_file(resolved: ResolvedConfig, run_id: str | None) -> tuple[Path | None, list[Path]]:
+    """The job's ``status.json`` under ``agent.log_dir`` (``run_id=None``: the newest), and all it matched."""
+    from rallypoint.agent.config import AgentSection, JobSection
+    from rallypoint.agent.status_file import find
+
+    job = resolved.section(JobSection)
+    name = job.name or (resolved.loaded.path.stem if resolved.loaded.path is not None else None) or "job"
+    return find(resolved.section(AgentSection).log_dir, run_id, name)
+
+
+def _status_from_file(
+    resolved: ResolvedConfig, run_id: str | None, as_json: bool, watch: bool, interval: float, limits: str
+) -> int:
+    """``status`` of a job whose rendezvous lived in its agent: the ``status.json`` that agent writes."""
+    from rallypoint.agent.config import AgentSection
+    from rallypoint.agent.status_file import read
+    from rallypoint.agent.status_view import render
+
+    path, found = _status_file(resolved, run_id)
+    if path is None:
+        where = resolved.section(AgentSection).log_dir
+        missing = (
+            f"no status.json under {where!r}"
+            + (f" for run {run_id!r}" if run_id else "")
+            + ": a job whose rendezvous lives in its agent (the memory backend, or c10d served by that agent) "
+            "is shown from the status.json its agent writes into its log directory; run status in the directory "
+            "the job ran from, or give --run-id and the job's agent.log_dir (--set agent.log_dir=DIR)"
+        )
+        click.echo(json.dumps({"run_id": run_id, "found": False, "error": missing}) if as_json else missing)
+        return 1
+    if watch:
+        return _watch(lambda: read(path), as_json, interval, limits)
+    snap = read(path)
+    if snap is None:
+        click.echo(f"{path}: not a status file rallypoint wrote (remove it)", err=True)
+        return 1
+    if as_json:
+        click.echo(json.dumps({**snap, "source": str(path)}, indent=2))
+        return 0
+    click.echo(render(snap, limits))
+    others = (
+        f"; {len(found) - 1} older job(s) there: --run-id ID to choose" if run_id is None and len(found) > 1 else ""
+    )
+    click.echo(f"(from {path}, written by the job's agent{others})")
     return 0
 
 

@@ -55,7 +55,8 @@ class DebugService:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._serve, name="rallypoint-debug", daemon=True)
         self._answered: str | None = None
-        self._stacks: TextIO | None = None  # the agent's own stacks file, while registered
+        #: The agent's own stacks file while registered: the open file, its path, its header's size.
+        self._stacks: tuple[TextIO, Path, int] | None = None
 
     def start(self, log_dir: Path | None = None) -> None:
         """Start answering in a thread (a request older than its first read of the key space is not answered).
@@ -82,9 +83,11 @@ class DebugService:
         except OSError as exc:
             log.debug("agent stacks file %s: %s", path, exc)
             return
-        self._stacks = open(fd, "w", buffering=1)  # noqa: SIM115 - kept open: the handler writes into it
-        faulthandler.register(DUMP_SIGNAL, file=self._stacks, all_threads=True, chain=False)
-        self._stacks.write(f"# rallypoint agent stacks pid={os.getpid()}\n")
+        f = open(fd, "w", buffering=1)  # noqa: SIM115 - kept open: the handler writes into it
+        faulthandler.register(DUMP_SIGNAL, file=f, all_threads=True, chain=False)
+        header = f"# rallypoint agent stacks pid={os.getpid()}\n"
+        f.write(header)
+        self._stacks = (f, path, len(header.encode()))
 
     def stop(self, timeout: float = 3.0) -> None:
         """Stop the thread and wait for it (up to ``timeout``: its calls wait one second at most).
@@ -100,9 +103,13 @@ class DebugService:
 
             from rallypoint.agent.debug_collect import DUMP_SIGNAL
 
-            faulthandler.unregister(DUMP_SIGNAL)
-            self._stacks.close()
+            f, path, header = self._stacks
             self._stacks = None
+            faulthandler.unregister(DUMP_SIGNAL)
+            f.close()
+            with contextlib.suppress(OSError):  # never dumped: no file left (a refused run leaves no log directory)
+                if os.path.getsize(path) == header:
+                    os.unlink(path)
 
     def follow(self, group: WorkerGroup, local_ranks: dict[int, int], directory: Path) -> None:
         """Answer with ``group``'s running workers (``rank -> local rank``), whose hooks write into ``directory``."""

@@ -117,6 +117,11 @@ class RendezvousBackend(Protocol):
     """A key-value space scoped by one run id. Every method is thread-safe.
 
     Methods that wait take a ``timeout`` in seconds; none waits forever.
+
+    Optional attribute (read with ``getattr``): ``local_state = True`` says the run's state lives
+    in this process only and ends with it (the ``memory`` backend; an agent that hosts the gRPC
+    server without a data directory). Such an agent writes ``status.json`` into its log directory
+    for ``rallypoint status`` (:mod:`rallypoint.agent.status_file`).
     """
 
     #: The run id this space belongs to.

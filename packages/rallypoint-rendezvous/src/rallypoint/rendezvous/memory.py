@@ -78,6 +78,8 @@ class MemoryBackend:
     """
 
     supports_ttl = True
+    #: The state lives in this process only (see :class:`~rallypoint.rendezvous.backend.RendezvousBackend`).
+    local_state = True
 
     def __init__(
         self,
