@@ -45,6 +45,7 @@ from rallypoint.agent.env import WorkerContext, worker_environment
 from rallypoint.agent.error_files import read_error_file
 from rallypoint.agent.exit_barrier import exit_barrier
 from rallypoint.agent.fence import Fence
+from rallypoint.agent.line_prefix import prefix_of
 from rallypoint.agent.log_dir import claim, private_dir, release
 from rallypoint.agent.logs import WorkerLogs, tee_selects
 from rallypoint.agent.peers import running_status, vanished_peer
@@ -417,8 +418,9 @@ class ElasticAgent:
         # published with this node's next join, so that strategies can keep its ranks stable
         self.handler.update_node(previous_rank=min(w.rank for w in assignment.for_node(node_id)))
         attempt_dir = private_dir(self.log_dir / f"attempt_{restarts}")
-        logs = WorkerLogs(self.log_dir, restarts, host=self.host, tee=self.settings.tee)
         specs, contexts, store = self._worker_specs(result, assignment, restarts, attempt_dir)
+        prefixes = {r: prefix_of(self.settings.line_prefix, self.host, w) for r, w in contexts.items()}
+        logs = WorkerLogs(self.log_dir, restarts, host=self.host, tee=self.settings.tee, prefixes=prefixes)
         self.say(
             f"round {result.round}, attempt {restarts}: {result.num_nodes} node(s), {assignment.world_size} "
             f"worker(s); group rank {result.group_rank} runs ranks {sorted(contexts)}; store {store}"

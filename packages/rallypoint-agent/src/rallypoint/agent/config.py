@@ -308,6 +308,16 @@ def _preload_list(value: Any) -> Any:
     return value
 
 
+def _line_prefix(value: str) -> str:
+    from rallypoint.agent.line_prefix import check
+
+    try:
+        check(value)
+    except ValueError as exc:
+        raise PydanticCustomError("line_prefix", "{problem}", {"problem": str(exc)}) from None
+    return value
+
+
 def _module_name(value: str) -> str:
     if not _MODULE_NAME.fullmatch(value):
         raise PydanticCustomError(
@@ -384,6 +394,11 @@ class AgentSection(Section):
         default="runs/{run_id}", description="Logs, error files and failure.json; {run_id} and {job} are filled in."
     )
     tee: Tee = "all"
+    line_prefix: Annotated[str, AfterValidator(_line_prefix)] = Field(
+        default="rallypoint",
+        description='Prefix of worker lines on the console: "rallypoint" ([host:rank] ), "torchrun" '
+        "([default0]:), or a template of {host}, {rank}, {local_rank}, {role}.",
+    )
     store_head_start: Annotated[Duration, AfterValidator(_poll)] = Field(
         default=0.05,
         description="How long worker rank 0 (which serves the env:// store) starts before the others.",

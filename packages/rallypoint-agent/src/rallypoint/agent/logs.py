@@ -28,7 +28,7 @@ import contextlib
 import os
 import socket
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, Literal, TextIO, TypeAlias
 
@@ -119,6 +119,7 @@ class WorkerLogs:
             default.
         console_err: stream for worker stderr lines; ``sys.stderr`` at the time of writing by
             default.
+        prefixes: each global rank's console prefix (``agent.line_prefix``); ``[host:rank] `` by default.
     """
 
     def __init__(
@@ -131,8 +132,10 @@ class WorkerLogs:
         tail_lines: int = DEFAULT_TAIL_LINES,
         console_out: TextIO | None = None,
         console_err: TextIO | None = None,
+        prefixes: Mapping[int, str] | None = None,
     ) -> None:
         self.attempt = attempt
+        self._prefixes = dict(prefixes or {})
         self.host = host if host is not None else socket.gethostname()
         self.tee: Tee = parse_tee(tee) if isinstance(tee, str) else parse_tee(list(tee))
         self.tail_lines = tail_lines
@@ -285,7 +288,7 @@ class WorkerLogs:
             with state.tail_lock:
                 state.tail.extend(lines)
         if show:
-            prefix = f"[{self.host}:{state.rank}] "
+            prefix = self._prefixes.get(state.rank) or f"[{self.host}:{state.rank}] "
             path = self.log_path(state.rank)
             console.lane(is_err).put(
                 "".join(f"{prefix}{line}\n" for line in lines),

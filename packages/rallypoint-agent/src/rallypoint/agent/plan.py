@@ -364,6 +364,20 @@ def _worker_env(resolved: ResolvedConfig, facts: NodeFacts, job: JobSection) -> 
     return {**env, **job.env}
 
 
+def _line_prefix(resolved: ResolvedConfig, agent: AgentSection, facts: NodeFacts) -> str:
+    """``agent.line_prefix`` as a template; torchrun's variable when the job does not set it."""
+    from rallypoint.agent.line_prefix import TORCHRUN_ENV, check, from_torchrun
+
+    if resolved.loaded.source_of("agent.line_prefix", inherit=False) == "default":
+        try:
+            torchrun = from_torchrun(facts.environ)
+        except ValueError as exc:
+            raise _issue(f"{TORCHRUN_ENV} (environment)", "agent.line_prefix", str(exc)) from None
+        if torchrun is not None:
+            return torchrun
+    return check(agent.line_prefix)
+
+
 def _log_dir(resolved: ResolvedConfig, template: str, run_id: str, job_name: str) -> Path:
     try:
         return Path(template.format(run_id=run_id, job=job_name))
@@ -486,6 +500,7 @@ def plan_job(resolved: ResolvedConfig, facts: NodeFacts) -> JobPlan:
         exit_barrier_timeout=agent.exit_barrier_timeout,
         log_dir=_log_dir(resolved, agent.log_dir, rendezvous.run_id, name),
         tee=parse_tee(agent.tee),
+        line_prefix=_line_prefix(resolved, agent, facts),
         worker_env=worker_env,
         strategy=strategy,
         strategy_name=strategy_name,

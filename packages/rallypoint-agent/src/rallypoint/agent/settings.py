@@ -76,6 +76,7 @@ class AgentSettings:
         exit_barrier_timeout: how long a finished node waits for the others, in seconds.
         log_dir: where per-attempt logs, error files and ``failure.json`` go.
         tee: which ranks reach the console.
+        line_prefix: the template of a worker line's console prefix (:mod:`rallypoint.agent.line_prefix`).
         worker_env: extra variables for every worker (collectives backend, ``[job] env``...).
         strategy: the rank strategy, loaded (the plan loads the job's once); torchrun's by default.
         strategy_name: its name in messages.
@@ -100,6 +101,7 @@ class AgentSettings:
     exit_barrier_timeout: float = 300.0
     log_dir: Path = Path("runs")
     tee: Tee = "all"
+    line_prefix: str = "[{host}:{rank}] "
     worker_env: Mapping[str, str] = field(default_factory=dict)
     # compared by name and options: each plan loads its own instance of the same strategy
     strategy: RankStrategy = field(default_factory=DefaultStrategy, compare=False)
