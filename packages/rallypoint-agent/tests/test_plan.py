@@ -19,7 +19,7 @@ from rallypoint.agent.plan import JobPlan, NodeFacts, plan_job, visible_gpus, wo
 from rallypoint.agent.ranks import DefaultStrategy
 from rallypoint.agent.records import RankStrategyRecord
 from rallypoint.collectives.records import CollectiveBackendRecord
-from rallypoint.core.config import ResolvedConfig, load_job_config, resolve_config
+from rallypoint.core.config import PerWorker, ResolvedConfig, load_job_config, resolve_config
 from rallypoint.core.errors import ConfigError
 from rallypoint.core.plugins import RallypointPluginManager, get_plugin_manager, hookimpl
 from rallypoint.rendezvous.memory import MemoryOptions
@@ -239,7 +239,9 @@ def test_strategy_and_watchdog_come_with_their_validated_options(resolve, train:
     assert settings.watchdog is not None
     assert settings.watchdog.name == "file"
     assert settings.watchdog_options is resolved.selections["timer.watchdog"].options
-    assert settings.timeline is True
+    # the timer section's own worker variable: one log per worker, filled in by the agent
+    assert settings.worker_env["RALLYPOINT_TIMELINE_FILE"] == "{attempt_dir}/timeline/rank_{rank}.jsonl"
+    assert isinstance(settings.worker_env["RALLYPOINT_TIMELINE_FILE"], PerWorker)
     assert (settings.max_restarts, settings.monitor_interval, settings.store_head_start) == (7, 0.25, 0.0)
     assert settings.tee == (0, 2)
 
@@ -330,7 +332,7 @@ def test_without_collectives_and_timer_packages_their_settings_are_left_out(trai
     settings = plan_job(resolve_config(loaded, bare), facts(tmp_path, job_file=None)).settings
     assert not [k for k in settings.worker_env if k.startswith("RALLYPOINT_COLLECTIVES_")]
     assert settings.watchdog is None
-    assert settings.timeline is False
+    assert "RALLYPOINT_TIMELINE_FILE" not in settings.worker_env
 
 
 def test_a_strategy_that_cannot_load_is_a_config_error_before_anything_starts(

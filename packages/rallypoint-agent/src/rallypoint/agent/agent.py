@@ -58,6 +58,7 @@ from rallypoint.agent.waiting import waiting_line
 from rallypoint.agent.warm import WarmLauncher
 from rallypoint.agent.watchdog_kills import WatchdogKills
 from rallypoint.agent.workers import WorkerExit, WorkerGroup, WorkerSpec
+from rallypoint.core.config import PerWorker
 from rallypoint.core.errors import RallypointError
 
 if TYPE_CHECKING:
@@ -398,12 +399,16 @@ class ElasticAgent:
             if self.pm is not None:
                 for extra in self.pm.hook.rallypoint_worker_env(worker=ctx) or []:
                     plugin_env.update(extra or {})
-            extra = dict(self.settings.worker_env)
+            # a section's value that differs per worker (the timeline's log...) is filled in for this one
+            extra = {
+                k: v.fill(rank=w.rank, local_rank=w.local_rank, attempt_dir=attempt_dir)
+                if isinstance(v, PerWorker)
+                else v
+                for k, v in self.settings.worker_env.items()
+            }
             if self._kills is not None:
                 extra.update(self._kills.worker_env(w.rank))
             extra["RALLYPOINT_DEBUG_DIR"] = str(attempt_dir / "debug")  # stacks and flight record (#40)
-            if self.settings.timeline:
-                extra["RALLYPOINT_TIMELINE_FILE"] = str(attempt_dir / "timeline" / f"rank_{w.rank}.jsonl")
             env = worker_environment(ctx, base=os.environ, extra=extra, plugin_env=plugin_env)
             with contextlib.suppress(FileNotFoundError):
                 ctx.error_file.unlink()

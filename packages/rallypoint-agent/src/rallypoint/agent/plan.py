@@ -21,7 +21,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from pydantic import BaseModel
 
@@ -35,7 +35,7 @@ from rallypoint.agent.ranks import DefaultStrategy, RankStrategy, load_strategy
 from rallypoint.agent.records import RankStrategyRecord
 from rallypoint.agent.settings import AgentSettings
 from rallypoint.agent.warm import preload_problem, warm_environment
-from rallypoint.core.config import ResolvedConfig
+from rallypoint.core.config import PerWorker, ResolvedConfig
 from rallypoint.core.errors import ConfigError, ConfigIssue, PluginError
 from rallypoint.core.records import BackendRecord
 from rallypoint.rendezvous.config import RendezvousSection
@@ -59,14 +59,6 @@ __all__ = [
 
 #: The in-process rendezvous backend: it gets a namespace per agent process, and the loopback address.
 _MEMORY = "memory"
-
-
-class _TimerFields(Protocol):
-    """What the agent reads of ``[timer]`` (declared by ``rallypoint-timer``)."""
-
-    @property
-    def timeline(self) -> bool:
-        """``timer.timeline``."""
 
 
 def visible_gpus(environ: Mapping[str, str], dev: Path = Path("/dev")) -> int:
@@ -229,15 +221,6 @@ def worker_argv(
     return [f"./{entry}" if on_disk.is_file() else entry, *args]
 
 
-def _timer_section(resolved: ResolvedConfig) -> _TimerFields | None:
-    """``[timer]``, or ``None`` when no installed package declares it.
-
-    Read by name: the agent does not depend on ``rallypoint-timer``.
-    """
-    section: _TimerFields | None = getattr(resolved.config, "timer", None)
-    return section
-
-
 def job_fingerprint(job: JobSection, nodes: NodesSection) -> dict[str, Any]:
     """What every node of one job runs, as JSON: two jobs that differ here never share a run id.
 
@@ -378,6 +361,11 @@ def _line_prefix(resolved: ResolvedConfig, agent: AgentSection, facts: NodeFacts
     return check(agent.line_prefix)
 
 
+def _shared(worker_env: Mapping[str, str]) -> dict[str, str]:
+    """The variables every worker shares (the warm process gets them): per-worker templates left out."""
+    return {k: v for k, v in worker_env.items() if not isinstance(v, PerWorker)}
+
+
 def _log_dir(resolved: ResolvedConfig, template: str, run_id: str, job_name: str) -> Path:
     try:
         return Path(template.format(run_id=run_id, job=job_name))
@@ -478,7 +466,6 @@ def plan_job(resolved: ResolvedConfig, facts: NodeFacts) -> JobPlan:
     )
     strategy, strategy_name, strategy_options = _rank_strategy(resolved)
     watchdog, watchdog_options = _selected(resolved, "timer.watchdog")
-    timer = _timer_section(resolved)
     argv = worker_argv(
         job,
         script_from_cli=facts.script_from_cli,
@@ -509,10 +496,11 @@ def plan_job(resolved: ResolvedConfig, facts: NodeFacts) -> JobPlan:
         signals=tuple(signal.Signals[name] for name in agent.signals_to_handle.split(",")),
         watchdog=watchdog,
         watchdog_options=watchdog_options,
-        timeline=timer is not None and timer.timeline,
         store_head_start=agent.store_head_start,
         preload=tuple(agent.preload),
-        preload_env=warm_environment(facts.environ, worker_env, node.local_world_size) if agent.preload else None,
+        preload_env=(
+            warm_environment(facts.environ, _shared(worker_env), node.local_world_size) if agent.preload else None
+        ),
         preload_keep=agent.preload_keep,
         rendezvous_endpoint=rendezvous_endpoint(rendezvous),
     )

@@ -73,7 +73,6 @@ def plan_data(plan: JobPlan, address_note: str | None = None) -> dict[str, Any]:
             "preload_keep": settings.preload_keep,
             "watchdog": settings.watchdog.name if settings.watchdog is not None else None,
             "watchdog_options": _options(settings.watchdog_options),
-            "timeline": settings.timeline,
         },
         "workers": {
             "count": node.local_world_size,

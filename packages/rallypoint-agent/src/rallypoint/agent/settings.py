@@ -85,7 +85,6 @@ class AgentSettings:
         cwd: the workers' working directory.
         watchdog: the watchdog timer backend's record (``[timer] watchdog``), or ``None`` for off.
         watchdog_options: its validated ``[timer.options]`` (the record's options model).
-        timeline: give each worker ``RALLYPOINT_TIMELINE_FILE`` (``[timer] timeline``).
         store_head_start: seconds worker rank 0 starts before this node's other workers. It
             serves torch's ``env://`` store, and a client that finds no server yet backs off for
             about half a second; the head start makes the first connection succeed.
@@ -112,7 +111,6 @@ class AgentSettings:
     cwd: str | None = None
     watchdog: BackendRecord | None = None
     watchdog_options: BaseModel | None = None
-    timeline: bool = False
     store_head_start: float = 0.05
     preload: tuple[str, ...] = ()  # [agent] preload: workers forked from a warm process (rallypoint.agent.warm)
     preload_env: Mapping[str, str] | None = None  # the warm process's environment (the agent's when None)

@@ -12,7 +12,8 @@ from typing import Any
 
 from pydantic import Field
 
-from rallypoint.core.config import ConfigSection, ResolvedConfig, Section
+from rallypoint.core.config import ConfigSection, PerWorker, ResolvedConfig, Section
+from rallypoint.timer.timeline import ENV_CONFIG, ENV_FILE
 
 __all__ = ["TIMER_SECTION", "TimerSection", "worker_env"]
 
@@ -33,9 +34,18 @@ class TimerSection(Section):
 
 
 def worker_env(resolved: ResolvedConfig, base: Path) -> dict[str, str]:
-    """``RALLYPOINT_TIMELINE_CONFIG``: the timeline config file (absolute), when the job names one."""
-    timeline_config = resolved.section(TimerSection).timeline_config
-    return {"RALLYPOINT_TIMELINE_CONFIG": str(base / timeline_config)} if timeline_config else {}
+    """The timeline's worker variables.
+
+    ``RALLYPOINT_TIMELINE_FILE`` with ``timeline`` (one log per worker, under the attempt's
+    directory: filled in by the agent) and ``RALLYPOINT_TIMELINE_CONFIG`` (the config file, absolute).
+    """
+    section = resolved.section(TimerSection)
+    env: dict[str, str] = {}
+    if section.timeline:
+        env[ENV_FILE] = PerWorker("{attempt_dir}/timeline/rank_{rank}.jsonl")
+    if section.timeline_config:
+        env[ENV_CONFIG] = str(base / section.timeline_config)
+    return env
 
 
 #: The section as this package declares it (``rallypoint_config_sections``).

@@ -13,13 +13,14 @@ from rallypoint.core.config.files import file_problem, variable_problem
 from rallypoint.core.config.loader import LoadedConfig, load_job_config, parse_value
 from rallypoint.core.config.render import render_resolved, section_env
 from rallypoint.core.config.resolve import ResolvedConfig, Selection, resolve_config
-from rallypoint.core.config.sections import ConfigSection, JobSchema, Section, build_schema
+from rallypoint.core.config.sections import ConfigSection, JobSchema, PerWorker, Section, build_schema
 
 __all__ = [
     "ConfigSection",
     "Duration",
     "JobSchema",
     "LoadedConfig",
+    "PerWorker",
     "PositiveDuration",
     "ResolvedConfig",
     "Section",

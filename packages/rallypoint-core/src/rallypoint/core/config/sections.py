@@ -22,7 +22,7 @@ from pydantic_core import PydanticCustomError
 
 from rallypoint.core.errors import PluginError
 
-__all__ = ["ConfigSection", "JobSchema", "Section", "build_schema", "cross_field_error"]
+__all__ = ["ConfigSection", "JobSchema", "PerWorker", "Section", "build_schema", "cross_field_error"]
 
 #: The ``ctx`` entry of a :func:`cross_field_error` that lists the keys it is about.
 FIELDS_CTX = "rallypoint_fields"
@@ -63,6 +63,25 @@ def cross_field_error(kind: str, message: str, fields: tuple[str, ...], **values
     return PydanticCustomError(kind, message, {**values, FIELDS_CTX: tuple(fields)})
 
 
+class PerWorker(str):
+    """A ``worker_env`` value that differs per worker: the agent fills in :data:`FIELDS` for each one.
+
+    ``{rank}`` (global rank), ``{local_rank}`` and ``{attempt_dir}`` (the attempt's directory in
+    the job's log directory, where per-worker files go); ``{{`` and ``}}`` are literal braces.
+
+    Example:
+        >>> log = PerWorker("{attempt_dir}/timeline/rank_{rank}.jsonl")
+        >>> log.fill(rank=3, local_rank=1, attempt_dir="runs/a/attempt_0")
+        'runs/a/attempt_0/timeline/rank_3.jsonl'
+    """
+
+    FIELDS = ("rank", "local_rank", "attempt_dir")
+
+    def fill(self, *, rank: int, local_rank: int, attempt_dir: str | Path) -> str:
+        """The value for one worker."""
+        return self.format(rank=rank, local_rank=local_rank, attempt_dir=str(attempt_dir))
+
+
 @dataclass(frozen=True)
 class ConfigSection:
     """One ``[section]`` of the job file, declared by the package that reads it.
@@ -82,7 +101,8 @@ class ConfigSection:
             and the directory the job's relative paths are taken from), returns
             ``{variable: value}``. Workers read these variables instead of the job file, so a
             value given by ``--set`` or ``RALLYPOINT_*`` reaches them like one from the file
-            (:func:`~rallypoint.core.config.section_env` writes a whole section).
+            (:func:`~rallypoint.core.config.section_env` writes a whole section). A value that
+            differs per worker is a :class:`PerWorker` template.
 
     Example:
         >>> class WidgetSection(Section):
