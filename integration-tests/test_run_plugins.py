@@ -173,29 +173,23 @@ def test_invalid_collectives_options_stop_the_job_before_any_worker_runs(tmp_pat
     assert not list(tmp_path.glob("env*"))
 
 
-def test_status_shows_a_running_job(tmp_path: Path) -> None:
-    (tmp_path / "sleep.py").write_text("import time\ntime.sleep(600)\n")  # until the test kills the agent
-    rdzv = str(tmp_path / "rdzv")
-    agent = subprocess.Popen(
-        [
-            *RALLYPOINT,
-            "run",
-            "--rdzv-backend",
-            "file",
-            "--rdzv-endpoint",
-            rdzv,
-            "--run-id",
-            "st",
-            "--node-id",
-            "solo",
-            str(tmp_path / "sleep.py"),
-        ],
+def _start_agent(tmp_path: Path, *args: str) -> subprocess.Popen[str]:
+    """``rallypoint run ARGS`` in the background (its stderr kept for the assertion messages)."""
+    return subprocess.Popen(
+        [*RALLYPOINT, "run", *args],
         cwd=tmp_path,
         env=_env(),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
     )
+
+
+def test_status_shows_a_running_job(tmp_path: Path) -> None:
+    (tmp_path / "sleep.py").write_text("import time\ntime.sleep(600)\n")  # until the test kills the agent
+    rdzv = str(tmp_path / "rdzv")
+    flags = ["--rdzv-backend", "file", "--rdzv-endpoint", rdzv, "--run-id", "st", "--node-id", "solo"]
+    agent = _start_agent(tmp_path, *flags, str(tmp_path / "sleep.py"))
     try:
         deadline = time.monotonic() + 60
         while True:
@@ -297,14 +291,7 @@ def test_status_shows_the_default_one_node_job_running_and_ended(tmp_path: Path)
     (tmp_path / "go").write_text("")
     script = "import os, time\nwhile os.path.exists('go'):\n    time.sleep(0.05)\n"  # until the test lets it end
     (tmp_path / "wait.py").write_text(script)
-    agent = subprocess.Popen(
-        [*RALLYPOINT, "run", "--node-id", "solo", str(tmp_path / "wait.py")],
-        cwd=tmp_path,
-        env=_env(),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    agent = _start_agent(tmp_path, "--node-id", "solo", str(tmp_path / "wait.py"))
     try:
         deadline = time.monotonic() + 60
         while "(running)" not in (running := _status(tmp_path)).stdout and time.monotonic() < deadline:

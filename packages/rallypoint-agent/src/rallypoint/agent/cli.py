@@ -444,10 +444,10 @@ def status(
 def _status_file(resolved: ResolvedConfig, run_id: str | None) -> tuple[Path | None, list[Path]]:
     """The job's ``status.json`` under ``agent.log_dir`` (``run_id=None``: the newest), and all it matched."""
     from rallypoint.agent.config import AgentSection, JobSection
+    from rallypoint.agent.plan import job_name
     from rallypoint.agent.status_file import find
 
-    job = resolved.section(JobSection)
-    name = job.name or (resolved.loaded.path.stem if resolved.loaded.path is not None else None) or "job"
+    name = job_name(resolved.section(JobSection), resolved.loaded.path)
     return find(resolved.section(AgentSection).log_dir, run_id, name)
 
 

@@ -35,7 +35,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["DUMP_SIGNAL", "HEADER_SIZE", "SLOT", "SLOTS", "install"]
+__all__ = ["DUMP_SIGNAL", "HEADER_SIZE", "SLOT", "SLOTS", "install", "open_stacks"]
 
 #: The signal a worker dumps its threads' stacks on (SIGRTMIN+5: no library here uses it).
 DUMP_SIGNAL = signal.SIGRTMIN + 5
@@ -69,13 +69,22 @@ COLLECTIVES = (
 _state: dict[str, Any] = {}
 
 
+def open_stacks(path: str, header: str) -> Any:
+    """Dump every thread's stack into ``path`` on :data:`DUMP_SIGNAL`; the open file (kept for the handler).
+
+    The file is private (``0600``, as the logs) and never opened through a link; ``header`` is written
+    after the handler is registered (the agent signals only a process whose header it has read).
+    """
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    f = open(fd, "w", buffering=1)  # noqa: SIM115 - kept open for the process's life: the handler writes into it
+    faulthandler.register(DUMP_SIGNAL, file=f, all_threads=True, chain=False)
+    f.write(header)
+    return f
+
+
 def _stacks(directory: str, rank: str) -> None:
     path = os.path.join(directory, f"rank_{rank}.stacks")
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)  # private, as the logs
-    f = open(fd, "w", buffering=1)  # noqa: SIM115 - kept open for the worker's life: the handler writes into it
-    faulthandler.register(DUMP_SIGNAL, file=f, all_threads=True, chain=False)
-    f.write(f"# rallypoint stacks pid={os.getpid()}\n")  # after register: the agent signals only a ready worker
-    _state["stacks"] = f
+    _state["stacks"] = open_stacks(path, f"# rallypoint stacks pid={os.getpid()}\n")
 
 
 class FlightRecorder:

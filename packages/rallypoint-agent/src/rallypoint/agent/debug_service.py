@@ -74,19 +74,14 @@ class DebugService:
         self._thread.start()
 
     def _own_stacks(self, path: Path) -> None:
-        import faulthandler
+        from rallypoint.agent.debug_hooks import open_stacks
 
-        from rallypoint.agent.debug_collect import DUMP_SIGNAL
-
+        header = f"# rallypoint agent stacks pid={os.getpid()}\n"
         try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            f = open_stacks(str(path), header)
         except OSError as exc:
             log.debug("agent stacks file %s: %s", path, exc)
             return
-        f = open(fd, "w", buffering=1)  # noqa: SIM115 - kept open: the handler writes into it
-        faulthandler.register(DUMP_SIGNAL, file=f, all_threads=True, chain=False)
-        header = f"# rallypoint agent stacks pid={os.getpid()}\n"
-        f.write(header)
         self._stacks = (f, path, len(header.encode()))
 
     def stop(self, timeout: float = 3.0) -> None:
@@ -101,7 +96,7 @@ class DebugService:
         if self._stacks is not None:
             import faulthandler
 
-            from rallypoint.agent.debug_collect import DUMP_SIGNAL
+            from rallypoint.agent.debug_hooks import DUMP_SIGNAL
 
             f, path, header = self._stacks
             self._stacks = None

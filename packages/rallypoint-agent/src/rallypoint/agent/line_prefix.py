@@ -36,16 +36,16 @@ def check(value: str) -> str:
     """The template ``value`` names (a preset's, or itself); ``ValueError`` saying what is wrong."""
     template = PRESETS.get(value, value)
     try:
-        names = [name for _, name, _, _ in string.Formatter().parse(template) if name is not None]
+        fields = [(name, spec, conv) for _, name, spec, conv in string.Formatter().parse(template) if name is not None]
     except ValueError as exc:
         raise ValueError(f"{value!r} is not a template ({exc}); use {{{{ and }}}} for literal braces") from None
-    unknown = sorted({n for n in names if n not in FIELDS})
+    unknown = sorted({name for name, _, _ in fields if name not in FIELDS})
     if unknown:
         raise ValueError(
             f"{value!r} names {', '.join('{' + n + '}' for n in unknown)}; a prefix may use "
             f"{', '.join('{' + f + '}' for f in FIELDS)}, or be one of {', '.join(sorted(PRESETS))}"
         )
-    if any(spec or conv for _, name, spec, conv in string.Formatter().parse(template) if name is not None):
+    if any(spec or conv for _, spec, conv in fields):
         raise ValueError(f"{value!r}: write the fields plainly ({{rank}}), without a format or conversion")
     return template
 

@@ -221,6 +221,11 @@ def worker_argv(
     return [f"./{entry}" if on_disk.is_file() else entry, *args]
 
 
+def job_name(job: JobSection, job_file: Path | None) -> str:
+    """The job's name (``{job}``, the generated run id): ``job.name``, else the file's stem, else ``job``."""
+    return job.name or (job_file.stem if job_file is not None else None) or "job"
+
+
 def job_fingerprint(job: JobSection, nodes: NodesSection) -> dict[str, Any]:
     """What every node of one job runs, as JSON: two jobs that differ here never share a run id.
 
@@ -453,7 +458,7 @@ def plan_job(resolved: ResolvedConfig, facts: NodeFacts) -> JobPlan:
         raise _issue(
             None, "job.entrypoint", "nothing to run: give SCRIPT [ARGS...], or set job.entrypoint or job.module"
         )
-    name = job.name or (facts.job_file.stem if facts.job_file is not None else None) or "job"
+    name = job_name(job, facts.job_file)
     rendezvous = _rendezvous_plan(resolved, facts, name)
     nproc = resolved.section(NodesSection).nproc_per_node
     node = node_record(
