@@ -176,7 +176,7 @@ class ElasticAgent:
     def _run(self) -> AgentResult:
         from rallypoint.rendezvous.errors import RendezvousHeartbeatError
 
-        restore = install_signal_handlers(self.settings.signals)
+        restore = install_signal_handlers(self.settings.signals, self.settings.ignored_signals)
         try:
             self._warm.start()  # with modules to preload, the warm process imports them while the rendezvous runs
             if self._kills is not None:

@@ -43,9 +43,11 @@ class AgentSignal(BaseException):
         super().__init__(signal.Signals(signum).name)
 
 
-def install_signal_handlers(signals: Sequence[int]) -> Callable[[], None]:
+def install_signal_handlers(signals: Sequence[int], ignored: Sequence[int] = ()) -> Callable[[], None]:
     """Make ``signals`` raise :class:`AgentSignal` in the main thread; returns what restores the old handlers.
 
+    ``ignored`` (the preemption notices the agent outlives, :attr:`AgentSettings.ignored_signals`)
+    get a handler that does nothing rather than ``SIG_IGN``, which workers would inherit.
     Outside the main thread (an agent run by a test or an embedding program) nothing changes.
     """
     if threading.current_thread() is not threading.main_thread():
@@ -54,7 +56,11 @@ def install_signal_handlers(signals: Sequence[int]) -> Callable[[], None]:
     def handle(signum: int, _frame: Any) -> None:
         interruption(AgentSignal(signum))  # raised here, or where a hold ends (a worker's start)
 
+    def outlive(_signum: int, _frame: Any) -> None:
+        """A notice for the workers (they get it too): the agent goes on."""
+
     previous = {sig: signal.signal(sig, handle) for sig in signals}
+    previous.update({sig: signal.signal(sig, outlive) for sig in ignored if sig not in previous})
 
     def restore() -> None:
         for sig, old in previous.items():
@@ -81,6 +87,10 @@ class AgentSettings:
         strategy_name: its name in messages.
         strategy_options: the validated ``[ranks.options]`` (the record's options model).
         stop_grace: seconds between SIGTERM and SIGKILL when stopping workers; ``signals``: those it handles.
+        notice_signals: the signals the launch environment (Slurm, Kubernetes) sends as preemption
+            notices; none outside one.
+        ignored_signals: the notice signals the agent does not stop on (not in ``signals``):
+            it outlives them while its workers, which get them too, checkpoint.
         cwd: the workers' working directory.
         watchdog: the watchdog timer backend's record (``[timer] watchdog``), or ``None`` for off.
         watchdog_options: its validated ``[timer.options]`` (the record's options model).
@@ -107,6 +117,8 @@ class AgentSettings:
     strategy_options: BaseModel | None = None
     stop_grace: float = 30.0
     signals: tuple[int, ...] = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+    notice_signals: tuple[int, ...] = ()
+    ignored_signals: tuple[int, ...] = ()
     cwd: str | None = None
     watchdog: BackendRecord | None = None
     watchdog_options: BaseModel | None = None
