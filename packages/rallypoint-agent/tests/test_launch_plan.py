@@ -127,3 +127,43 @@ def test_flags_win_in_the_dry_run(slurm_env: Path, capsys: pytest.CaptureFixture
     assert (out["plan"]["rendezvous"]["min_nodes"], out["plan"]["rendezvous"]["max_nodes"]) == (2, 3)
     assert out["plan"]["node"]["node_id"] == "n9"
     assert out["sources"]["rendezvous.options.endpoint"] == "slurm (SLURM_JOB_NODELIST)"
+
+
+def test_config_show_names_the_variable_each_value_came_from(
+    slurm_env: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["config", "show", str(slurm_env)]) == 0
+    text = capsys.readouterr().out
+    assert "min = 3  # slurm (SLURM_JOB_NUM_NODES)" in text
+    assert 'run_id = "slurm-4242"  # slurm (SLURM_JOB_ID)' in text
+    assert 'endpoint = "gpu03:29400"  # slurm (SLURM_JOB_NODELIST)' in text
+    assert main(["config", "show", "--json", "--set", "nodes.min=2", str(slurm_env)]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["sources"]["nodes.max"] == "slurm (SLURM_JOB_NUM_NODES)"
+    assert (out["config"]["nodes"]["min"], out["sources"]["nodes.min"]) == (2, "--set nodes.min (command line)")
+    assert out["config"]["rendezvous"]["run_id"] == "slurm-4242"
+    assert out["sources"]["rendezvous.backend"] == "slurm (launch environment default)"
+
+
+def test_config_show_outside_an_allocation_fills_in_nothing(
+    slurm_env: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in SLURM:
+        monkeypatch.delenv(name)
+    assert main(["config", "show", "--json", str(slurm_env)]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert (out["sources"]["nodes.min"], out["sources"]["rendezvous.backend"]) == ("default", "default")
+    assert out["config"]["rendezvous"].get("run_id") is None
+
+
+def test_config_show_refuses_a_named_environment_that_is_not_there(
+    slurm_env: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in SLURM:
+        monkeypatch.delenv(name)
+    slurm_env.write_text(slurm_env.read_text() + '[launch]\nenvironment = "slurm"\n')
+    assert main(["config", "show", str(slurm_env)]) == 2
+    err = capsys.readouterr().err
+    assert "launch.environment" in err
+    assert "'slurm' is selected" in err
+    assert str(slurm_env) in err

@@ -20,7 +20,7 @@ from rallypoint.core.config import LoadedConfig, ResolvedConfig, resolve_config
 from rallypoint.core.errors import ConfigError, ConfigIssue
 from rallypoint.core.plugins import RallypointPluginManager
 
-__all__ = ["detect", "launch_overrides", "resolve_in_environment"]
+__all__ = ["config_from_environment", "detect", "launch_overrides", "resolve_in_environment"]
 
 #: The rendezvous backend a launch environment selects when the job names none: agent-hosted gRPC.
 DEFAULT_BACKEND = "grpc"
@@ -95,6 +95,18 @@ def launch_overrides(loaded: LoadedConfig, facts: LaunchFacts, port: int) -> lis
         endpoint = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         out.append(("rendezvous.options.endpoint", endpoint, facts.source_of("endpoint_host")))
     return out
+
+
+def config_from_environment(
+    loaded: LoadedConfig, pm: RallypointPluginManager, environ: Mapping[str, str]
+) -> list[tuple[str, Any, str]]:
+    """What the launch environment fills in, for ``[launch]``'s ``from_environment`` (``rallypoint config show``).
+
+    The same values ``rallypoint run`` takes (:func:`resolve_in_environment`), each labelled with
+    the variable it came from; nothing when no launch environment is detected.
+    """
+    facts = detect(loaded, pm, environ)
+    return launch_overrides(loaded, facts, loaded.section(LaunchSection).port) if facts is not None else []
 
 
 def resolve_in_environment(
