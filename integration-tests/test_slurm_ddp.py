@@ -67,29 +67,57 @@ def test_scancel_mid_run_leaves_nothing_within_5_s(slurm: Any, tmp_path: Path) -
     assert not list((job.out / "ckpt").glob(".step_*"))  # no half-written one left behind
 
 
-def test_a_requeued_job_resumes_from_the_notice_checkpoint_under_the_same_run_id(slurm: Any, tmp_path: Path) -> None:
-    cluster = slurm(3)
-    train = ("--steps", "60", "--ckpt-every", "1000", "--step-time", "0.1", "--checkpoint-on-preemption")
-    job = SlurmDdpJob(cluster, tmp_path, nodes=3, train=train, sbatch=["--requeue"])
-    job.submit()
-    job.wait_step(8)
-    cluster.client(["scontrol", "requeue", str(job.job_id)])
+def _requeued(cluster: Any, job: SlurmDdpJob, restarts: int) -> None:
+    """Wait until the job is pending again after its ``restarts``-th requeue, and start it now."""
+    deadline = time.monotonic() + 60
+    while cluster.job(job.job_id).get("Restarts") != str(restarts):
+        assert time.monotonic() < deadline, f"not requeued ({cluster.job(job.job_id)}):\n{job.output()[-4000:]}"
+        time.sleep(0.1)
     cluster.wait_state(job.job_id, ["PENDING"], timeout=30)
     # a requeued job waits for its begin time (about two minutes); start it now
     cluster.client(["scontrol", "update", f"job={job.job_id}", "StartTime=now"])
-    state = job.wait_end(timeout=90)
+
+
+def _resumed(job: SlurmDdpJob, restart: int, timeout: float = 90) -> list[dict[str, Any]]:
+    """The start records of the workers of the ``restart``-th run (``TORCHELASTIC_RESTART_COUNT``)."""
+    deadline = time.monotonic() + timeout
+    while len(starts := [s for s in job.starts() if s["restart"] == restart]) < 3:
+        assert time.monotonic() < deadline, f"run {restart} did not start:\n{job.output()[-4000:]}"
+        time.sleep(0.1)
+    return starts
+
+
+def test_a_requeued_job_resumes_from_the_notice_checkpoint_under_the_same_run_id(slurm: Any, tmp_path: Path) -> None:
+    """The warning (USR2): workers checkpoint, agents exit 75, the documented script requeues; then scontrol requeue."""
+    cluster = slurm(3)
+    train = ("--steps", "80", "--ckpt-every", "1000", "--step-time", "0.1", "--checkpoint-on-preemption")
+    job = SlurmDdpJob(cluster, tmp_path, nodes=3, train=train, sbatch=["--requeue", "--open-mode=append"])
+    job.submit()
+    job.wait_step(8)
+    # as --signal=USR2@90 does before a time limit: every process of the job step (not the batch script)
+    cluster.client(["scancel", "--signal=USR2", str(job.job_id)])
+    _requeued(cluster, job, 1)  # by the batch script, on the agents' exit code 75
+    first = _resumed(job, 1)
+    job.wait_step(first[0]["resumed"] + 8)
+    cluster.client(["scontrol", "requeue", str(job.job_id)])  # SIGTERM: the agents stop, and exit 75
+    _requeued(cluster, job, 2)
+    second = _resumed(job, 2)
+    state = job.wait_end(timeout=120)
     assert state == "COMPLETED", job.output()[-4000:]
-    assert cluster.job(job.job_id).get("Restarts") == "1"
     notices = [json.loads(line) for line in (job.out / "preempted.jsonl").read_text().splitlines()]
-    assert len(notices) == 1, notices
-    resumed = [s for s in job.starts() if s["resumed"] > 0]
-    assert sorted(s["rank"] for s in resumed) == [0, 1, 2], job.starts()
-    assert {s["resumed"] for s in resumed} == {notices[0]["step"]}
-    assert job.progress()[-1]["step"] == 60
-    # both runs ran under the run id of the job id: the requeued job is the same run
+    assert [n["signal"] for n in notices] == ["SIGUSR2", "SIGTERM"], notices
+    # every worker of each requeued run resumed from the checkpoint its notice wrote, and counts the requeues
+    for starts, notice in [(first, notices[0]), (second, notices[1])]:
+        assert sorted(s["rank"] for s in starts) == [0, 1, 2], job.starts()
+        assert {s["resumed"] for s in starts} == {notice["step"]}
+    assert job.progress()[-1]["step"] == 80
+    # all three runs ran under the run id of the job id: a requeued job is the same run
     logs = sorted(p.name for p in (tmp_path / "logs").iterdir())
     assert logs == [f"slurm-{job.job_id}"], logs
-    assert job.output().count(f"job 'slurm-{job.job_id}' succeeded") == 3, job.output()[-3000:]
+    out = job.output()
+    assert out.count("the workers ended after a preemption notice (SIGUSR2), before the job's end: exit 75") == 3, out
+    assert out.count("stopped on a preemption notice (SIGTERM): exit 75") == 3, out[-4000:]
+    assert out.count(f"job 'slurm-{job.job_id}' succeeded") == 3, out[-3000:]  # the last run only
 
 
 def test_a_compute_host_killed_mid_job_elastic_survivors_finish(slurm: Any, tmp_path: Path) -> None:
