@@ -140,3 +140,32 @@ def test_a_compute_host_killed_mid_job_elastic_survivors_finish(slurm: Any, tmp_
     while job.output().count(succeeded) < 2 and time.monotonic() < deadline:
         time.sleep(0.2)
     assert job.output().count(succeeded) == 2, job.output()[-4000:]
+
+
+def test_a_compute_host_killed_mid_job_fixed_size_one_report_names_it(slurm: Any, tmp_path: Path) -> None:
+    """Slurm's 3 nodes, all needed: the survivors exit 1 at once, each with the one report naming node3."""
+    cluster = slurm(3)
+    train = ("--steps", "400", "--ckpt-every", "5", "--step-time", "0.1")
+    keys = '[rendezvous]\nheartbeat_interval = "1s"\nheartbeat_timeout = "4s"\n'
+    job = SlurmDdpJob(cluster, tmp_path, nodes=3, train=train, job_keys=keys)
+    job.job_file.write_text(job.job_file.read_text().replace('[rendezvous]\nlast_call_timeout = "500ms"\n', ""))
+    job.submit()
+    job.wait_step(8, timeout=120)  # torch imports on three hosts at once: slow on a loaded machine
+    cluster.network.kill(cluster.nodes[2])  # node3 lost power: its agent, worker and slurmd at once
+    killed = time.monotonic()
+    # the survivors' agents end before Slurm itself gives up on the node (SlurmdTimeout, 30 s here; it then
+    # cancels the job for the node failure, and requeues it: that is Slurm's, whatever the agents said)
+    ended = [f"srun: error: {n}: task {i}: Exited with exit code 1" for i, n in enumerate(["node1", "node2"])]
+    while not all(line in job.output() for line in ended):
+        assert time.monotonic() - killed < 30, job.output()[-4000:]
+        time.sleep(0.2)
+    out = job.output()
+    failed = f"job 'slurm-{job.job_id}' failed after 0 of 3 restart(s)"
+    assert out.count(failed) == 2, out[-4000:]  # one report on each survivor
+    assert out.count("root cause (first failure of the last attempt):") == 2, out[-4000:]
+    lost = "on node3: host node3 was lost (node 'node3' stopped heart-beating); 2 node(s) are left, the job needs 3"
+    assert out.count(lost) >= 2, out[-4000:]
+    assert "restarting the job" not in out
+    (saved,) = (tmp_path / "logs").glob("*/failure.json")
+    report = json.loads(saved.read_text())
+    assert report["root_cause"]["host"] == "node3", report

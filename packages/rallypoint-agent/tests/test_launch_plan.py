@@ -53,6 +53,7 @@ def test_the_plan_holds_what_slurm_decides(tmp_path: Path) -> None:
     assert settings.worker_env["RALLYPOINT_PREEMPTION_SIGNALS"] == "SIGTERM,SIGUSR2"
     assert settings.worker_env["RALLYPOINT_LAUNCH_RESTART_COUNT"] == "2"
     assert resolved.loaded.source_of("rendezvous.options.endpoint") == "slurm (SLURM_JOB_NODELIST)"
+    assert settings.fixed_allocation == "slurm"  # a lost host is not replaced: a job that needs it fails at once
 
 
 def test_job_keys_and_flags_win_over_the_environment(tmp_path: Path) -> None:
@@ -71,6 +72,7 @@ def test_without_a_launch_environment_nothing_is_added(tmp_path: Path) -> None:
     _, plan = _plan(tmp_path, "", {})
     assert plan.launch is None
     assert (plan.settings.notice_signals, plan.settings.ignored_signals) == ((), ())
+    assert plan.settings.fixed_allocation is None  # a lost node may come back: wait for it
     assert "RALLYPOINT_PREEMPTION_SIGNALS" not in plan.settings.worker_env
 
 
@@ -167,3 +169,11 @@ def test_config_show_refuses_a_named_environment_that_is_not_there(
     assert "launch.environment" in err
     assert "'slurm' is selected" in err
     assert str(slurm_env) in err
+
+
+def test_a_kubernetes_job_is_no_fixed_allocation(tmp_path: Path) -> None:
+    env = {"JOB_COMPLETION_INDEX": "1", "HOSTNAME": "t-1", "RALLYPOINT_K8S_NNODES": "2", "RALLYPOINT_K8S_SERVICE": "s"}
+    _, plan = _plan(tmp_path, "", env)
+    assert plan.launch.environment == "kubernetes"
+    assert plan.settings.fixed_allocation is None  # the Job recreates a failed pod
+    assert plan.settings.ignored_signals == ()

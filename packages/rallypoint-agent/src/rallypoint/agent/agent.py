@@ -47,6 +47,7 @@ from rallypoint.agent.exit_barrier import exit_barrier
 from rallypoint.agent.fence import Fence
 from rallypoint.agent.log_dir import claim, private_dir, release
 from rallypoint.agent.logs import WorkerLogs, tee_selects
+from rallypoint.agent.lost_hosts import fatal_losses
 from rallypoint.agent.notices import NoticeLog
 from rallypoint.agent.peers import running_status, vanished_peer
 from rallypoint.agent.ranks import RankAssignment, RankNode, WorkerRanks, compute_assignment
@@ -297,6 +298,12 @@ class ElasticAgent:
             if not self._close(f"{reason} (closed by node {self.handler.node_id!r})", failed=True, round_=result.round):
                 self.say(rejoining.superseded_message(result.round, "failed"))
                 return None
+            return self._fail(restarts)
+        if self.settings.fixed_allocation and (
+            lost := fatal_losses(self.handler, result, assignment, restarts, self.settings.fixed_allocation)
+        ):
+            self.budget.record(lost)  # a lost host of a fixed allocation: no one will take its place
+            self._close(f"job failed: {lost[0].reason} (closed by node {self.handler.node_id!r})", failed=True)
             return self._fail(restarts)
         self.say(f"round {result.round} is over ({why}); re-rendezvous, no restart counted")
         return None

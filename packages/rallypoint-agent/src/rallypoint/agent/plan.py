@@ -505,6 +505,7 @@ def plan_job(resolved: ResolvedConfig, facts: NodeFacts) -> JobPlan:
         notice_signals=launch.notice_signals,
         ignored_signals=launch.ignored_signals,
         restarts_before=launch.restarts_before,
+        fixed_allocation=launch.fixed_allocation,
         watchdog=watchdog,
         watchdog_options=watchdog_options,
         timeline=timer is not None and timer.timeline,

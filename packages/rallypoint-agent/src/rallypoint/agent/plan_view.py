@@ -85,6 +85,7 @@ def plan_data(plan: JobPlan, address_note: str | None = None) -> dict[str, Any]:
             "notice_signals": [signal.Signals(s).name for s in settings.notice_signals],
             "ignored_signals": [signal.Signals(s).name for s in settings.ignored_signals],
             "restarts_before": settings.restarts_before,
+            "fixed_allocation": settings.fixed_allocation,
             "log_dir": str(settings.log_dir),
             "tee": settings.tee if isinstance(settings.tee, str) else list(settings.tee),
             "store_head_start": settings.store_head_start,

@@ -98,6 +98,9 @@ class AgentSettings:
         restarts_before: how many times the scheduler restarted (requeued) the job before this
             run (Slurm's ``SLURM_RESTART_COUNT``): the workers' ``TORCHELASTIC_RESTART_COUNT``
             goes on from it; the restart budget (``max_restarts``) is this run's own.
+        fixed_allocation: the launch environment whose allocation is all the hosts the job will
+            have (``"slurm"``), or ``None``: a lost host is not replaced, so a job left with
+            fewer than ``nodes.min`` fails at once, naming it (:mod:`rallypoint.agent.lost_hosts`).
         cwd: the workers' working directory.
         watchdog: the watchdog timer backend's record (``[timer] watchdog``), or ``None`` for off.
         watchdog_options: its validated ``[timer.options]`` (the record's options model).
@@ -127,6 +130,7 @@ class AgentSettings:
     notice_signals: tuple[int, ...] = ()
     ignored_signals: tuple[int, ...] = ()
     restarts_before: int = 0
+    fixed_allocation: str | None = None
     cwd: str | None = None
     watchdog: BackendRecord | None = None
     watchdog_options: BaseModel | None = None

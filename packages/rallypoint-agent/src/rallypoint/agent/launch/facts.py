@@ -24,6 +24,8 @@ class LaunchFacts:
         restart_count: how many times the scheduler restarted (requeued) the job.
         preemption_signals: signal names the scheduler sends before it stops the job.
         variables: the environment variables read, for the source of each value.
+        fixed_allocation: the job's hosts are all it will have: a lost one is not replaced while
+            it runs (a Slurm allocation; not a Kubernetes Job, which recreates a pod).
         origins: for each field above that came from the environment, the variables it was read
             from (``{"nnodes": ("SLURM_JOB_NUM_NODES",)}``): the source labels of what it fills in.
     """
@@ -38,6 +40,7 @@ class LaunchFacts:
     restart_count: int = 0
     preemption_signals: tuple[str, ...] = ("SIGTERM",)
     variables: tuple[str, ...] = ()
+    fixed_allocation: bool = False
     origins: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     @property

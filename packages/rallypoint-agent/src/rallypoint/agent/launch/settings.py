@@ -32,6 +32,7 @@ class LaunchSettings:
         ignored_signals: the notice signals the agent does not stop on (Slurm's ``--signal=USR2@90``
             warning): it outlives them, and its workers, which get them too, checkpoint.
         restarts_before: how many times the scheduler restarted the job before this run.
+        fixed_allocation: the launch environment's name when a lost host is not replaced.
     """
 
     node_id: str | None = None
@@ -39,6 +40,7 @@ class LaunchSettings:
     notice_signals: tuple[signal.Signals, ...] = ()
     ignored_signals: tuple[signal.Signals, ...] = ()
     restarts_before: int = 0
+    fixed_allocation: str | None = None
 
 
 def _signals(names: Sequence[str]) -> tuple[signal.Signals, ...]:
@@ -67,4 +69,5 @@ def launch_settings(facts: LaunchFacts | None, handled: Sequence[int]) -> Launch
         notice_signals=notices,
         ignored_signals=tuple(s for s in notices if s not in handled),
         restarts_before=facts.restart_count,
+        fixed_allocation=facts.environment if facts.fixed_allocation else None,
     )

@@ -68,6 +68,7 @@ def detect(environ: Mapping[str, str]) -> LaunchFacts | None:
         restart_count=restarts or 0,
         # scancel and the end of a time limit send SIGTERM; --signal=USR2@90 warns ahead of it
         preemption_signals=("SIGTERM", "SIGUSR2"),
+        fixed_allocation=True,
         variables=tuple(dict.fromkeys(v for names in origins.values() for v in names)),
         origins=origins,
     )
