@@ -67,29 +67,57 @@ def test_scancel_mid_run_leaves_nothing_within_5_s(slurm: Any, tmp_path: Path) -
     assert not list((job.out / "ckpt").glob(".step_*"))  # no half-written one left behind
 
 
-def test_a_requeued_job_resumes_from_the_notice_checkpoint_under_the_same_run_id(slurm: Any, tmp_path: Path) -> None:
-    cluster = slurm(3)
-    train = ("--steps", "60", "--ckpt-every", "1000", "--step-time", "0.1", "--checkpoint-on-preemption")
-    job = SlurmDdpJob(cluster, tmp_path, nodes=3, train=train, sbatch=["--requeue"])
-    job.submit()
-    job.wait_step(8)
-    cluster.client(["scontrol", "requeue", str(job.job_id)])
+def _requeued(cluster: Any, job: SlurmDdpJob, restarts: int) -> None:
+    """Wait until the job is pending again after its ``restarts``-th requeue, and start it now."""
+    deadline = time.monotonic() + 60
+    while cluster.job(job.job_id).get("Restarts") != str(restarts):
+        assert time.monotonic() < deadline, f"not requeued ({cluster.job(job.job_id)}):\n{job.output()[-4000:]}"
+        time.sleep(0.1)
     cluster.wait_state(job.job_id, ["PENDING"], timeout=30)
     # a requeued job waits for its begin time (about two minutes); start it now
     cluster.client(["scontrol", "update", f"job={job.job_id}", "StartTime=now"])
-    state = job.wait_end(timeout=90)
+
+
+def _resumed(job: SlurmDdpJob, restart: int, timeout: float = 90) -> list[dict[str, Any]]:
+    """The start records of the workers of the ``restart``-th run (``TORCHELASTIC_RESTART_COUNT``)."""
+    deadline = time.monotonic() + timeout
+    while len(starts := [s for s in job.starts() if s["restart"] == restart]) < 3:
+        assert time.monotonic() < deadline, f"run {restart} did not start:\n{job.output()[-4000:]}"
+        time.sleep(0.1)
+    return starts
+
+
+def test_a_requeued_job_resumes_from_the_notice_checkpoint_under_the_same_run_id(slurm: Any, tmp_path: Path) -> None:
+    """The warning (USR2): workers checkpoint, agents exit 75, the documented script requeues; then scontrol requeue."""
+    cluster = slurm(3)
+    train = ("--steps", "80", "--ckpt-every", "1000", "--step-time", "0.1", "--checkpoint-on-preemption")
+    job = SlurmDdpJob(cluster, tmp_path, nodes=3, train=train, sbatch=["--requeue", "--open-mode=append"])
+    job.submit()
+    job.wait_step(8)
+    # as --signal=USR2@90 does before a time limit: every process of the job step (not the batch script)
+    cluster.client(["scancel", "--signal=USR2", str(job.job_id)])
+    _requeued(cluster, job, 1)  # by the batch script, on the agents' exit code 75
+    first = _resumed(job, 1)
+    job.wait_step(first[0]["resumed"] + 8)
+    cluster.client(["scontrol", "requeue", str(job.job_id)])  # SIGTERM: the agents stop, and exit 75
+    _requeued(cluster, job, 2)
+    second = _resumed(job, 2)
+    state = job.wait_end(timeout=120)
     assert state == "COMPLETED", job.output()[-4000:]
-    assert cluster.job(job.job_id).get("Restarts") == "1"
     notices = [json.loads(line) for line in (job.out / "preempted.jsonl").read_text().splitlines()]
-    assert len(notices) == 1, notices
-    resumed = [s for s in job.starts() if s["resumed"] > 0]
-    assert sorted(s["rank"] for s in resumed) == [0, 1, 2], job.starts()
-    assert {s["resumed"] for s in resumed} == {notices[0]["step"]}
-    assert job.progress()[-1]["step"] == 60
-    # both runs ran under the run id of the job id: the requeued job is the same run
+    assert [n["signal"] for n in notices] == ["SIGUSR2", "SIGTERM"], notices
+    # every worker of each requeued run resumed from the checkpoint its notice wrote, and counts the requeues
+    for starts, notice in [(first, notices[0]), (second, notices[1])]:
+        assert sorted(s["rank"] for s in starts) == [0, 1, 2], job.starts()
+        assert {s["resumed"] for s in starts} == {notice["step"]}
+    assert job.progress()[-1]["step"] == 80
+    # all three runs ran under the run id of the job id: a requeued job is the same run
     logs = sorted(p.name for p in (tmp_path / "logs").iterdir())
     assert logs == [f"slurm-{job.job_id}"], logs
-    assert job.output().count(f"job 'slurm-{job.job_id}' succeeded") == 3, job.output()[-3000:]
+    out = job.output()
+    assert out.count("the workers ended after a preemption notice (SIGUSR2), before the job's end: exit 75") == 3, out
+    assert out.count("stopped on a preemption notice (SIGTERM): exit 75") == 3, out[-4000:]
+    assert out.count(f"job 'slurm-{job.job_id}' succeeded") == 3, out[-3000:]  # the last run only
 
 
 def test_a_compute_host_killed_mid_job_elastic_survivors_finish(slurm: Any, tmp_path: Path) -> None:
@@ -112,3 +140,32 @@ def test_a_compute_host_killed_mid_job_elastic_survivors_finish(slurm: Any, tmp_
     while job.output().count(succeeded) < 2 and time.monotonic() < deadline:
         time.sleep(0.2)
     assert job.output().count(succeeded) == 2, job.output()[-4000:]
+
+
+def test_a_compute_host_killed_mid_job_fixed_size_one_report_names_it(slurm: Any, tmp_path: Path) -> None:
+    """Slurm's 3 nodes, all needed: the survivors exit 1 at once, each with the one report naming node3."""
+    cluster = slurm(3)
+    train = ("--steps", "400", "--ckpt-every", "5", "--step-time", "0.1")
+    keys = '[rendezvous]\nheartbeat_interval = "1s"\nheartbeat_timeout = "4s"\n'
+    job = SlurmDdpJob(cluster, tmp_path, nodes=3, train=train, job_keys=keys)
+    job.job_file.write_text(job.job_file.read_text().replace('[rendezvous]\nlast_call_timeout = "500ms"\n', ""))
+    job.submit()
+    job.wait_step(8, timeout=120)  # torch imports on three hosts at once: slow on a loaded machine
+    cluster.network.kill(cluster.nodes[2])  # node3 lost power: its agent, worker and slurmd at once
+    killed = time.monotonic()
+    # the survivors' agents end before Slurm itself gives up on the node (SlurmdTimeout, 30 s here; it then
+    # cancels the job for the node failure, and requeues it: that is Slurm's, whatever the agents said)
+    ended = [f"srun: error: {n}: task {i}: Exited with exit code 1" for i, n in enumerate(["node1", "node2"])]
+    while not all(line in job.output() for line in ended):
+        assert time.monotonic() - killed < 30, job.output()[-4000:]
+        time.sleep(0.2)
+    out = job.output()
+    failed = f"job 'slurm-{job.job_id}' failed after 0 of 3 restart(s)"
+    assert out.count(failed) == 2, out[-4000:]  # one report on each survivor
+    assert out.count("root cause (first failure of the last attempt):") == 2, out[-4000:]
+    lost = "on node3: host node3 was lost (node 'node3' stopped heart-beating); 2 node(s) are left, the job needs 3"
+    assert out.count(lost) >= 2, out[-4000:]
+    assert "restarting the job" not in out
+    (saved,) = (tmp_path / "logs").glob("*/failure.json")
+    report = json.loads(saved.read_text())
+    assert report["root_cause"]["host"] == "node3", report

@@ -82,6 +82,15 @@ def save_checkpoint(ckpt_dir: Path, step: int, model: nn.Module, optim: torch.op
     os.replace(tmp, ckpt_dir / f"step_{step}.pt")
 
 
+def stop_together(noticed: bool, distributed: bool) -> bool:
+    """Whether any worker got a preemption notice: all stop after the same step (no one waits in a collective)."""
+    if not distributed:
+        return noticed
+    flag = torch.tensor([1 if noticed else 0])
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+    return bool(flag.item())
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The command line (see ``--help``)."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -154,7 +163,7 @@ def main(argv: list[str] | None = None) -> None:
             if (step + 1) % args.ckpt_every == 0:
                 save_checkpoint(ckpt_dir, step + 1, model, optim)
             append_line(args.out / "progress.jsonl", {**info, "step": step + 1, "t": time.time()})
-        if preempted is not None and preempted():
+        if preempted is not None and stop_together(preempted(), distributed):
             if rank == 0:
                 save_checkpoint(ckpt_dir, step + 1, model, optim)
                 append_line(args.out / "preempted.jsonl", {**info, "step": step + 1, "signal": preemption_signal()})

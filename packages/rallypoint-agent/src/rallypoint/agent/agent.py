@@ -48,6 +48,8 @@ from rallypoint.agent.fence import Fence
 from rallypoint.agent.line_prefix import prefix_of
 from rallypoint.agent.log_dir import claim, private_dir, release
 from rallypoint.agent.logs import WorkerLogs, tee_selects
+from rallypoint.agent.lost_hosts import fatal_losses
+from rallypoint.agent.notices import NoticeLog
 from rallypoint.agent.peers import running_status, vanished_peer
 from rallypoint.agent.ranks import RankAssignment, RankNode, WorkerRanks, compute_assignment
 from rallypoint.agent.report import FailureReport, WorkerFailure
@@ -111,6 +113,7 @@ class ElasticAgent:
             settings.preload, env=settings.preload_env, console=console, keep=settings.preload_keep
         )
         self._signal: int | None = None
+        self._notices = NoticeLog(settings.notice_signals, self.say)  # after a preemption notice: exit 75, requeue
         self.budget = RestartBudget(self.backend, handler.node_id, settings.max_restarts, self.say, pm)
         self.rounds = 0
         self.rejoins = 0  # times this node rejoined after losing the rendezvous
@@ -180,7 +183,8 @@ class ElasticAgent:
     def _run(self) -> AgentResult:
         from rallypoint.rendezvous.errors import RendezvousHeartbeatError
 
-        restore = install_signal_handlers(self.settings.signals)
+        notices = self._notices
+        restore = install_signal_handlers(self.settings.signals, self.settings.ignored_signals, notices.outlive)
         try:
             self._warm.start()  # with modules to preload, the warm process imports them while the rendezvous runs
             if self._kills is not None:
@@ -188,11 +192,13 @@ class ElasticAgent:
             self._debug.start(self.log_dir)
             if keeps_state_here(self.backend):  # nothing outside this process can read the job: status.json
                 self._status = StatusFile(self.backend, self.settings.run_id, self.log_dir)
-            return self._loop()
+            result = self._loop()
+            result.exit_code = notices.after_run(result.exit_code)
+            return result
         except AgentSignal as sig:
             if not sig.announced:  # between attempts: no worker of this node runs
                 self.say(f"received {sig}; stopping (no worker was running)")
-            return AgentResult(128 + sig.signum, rounds=self.rounds)
+            return AgentResult(notices.after_signal(sig.signum), rounds=self.rounds)
         except RendezvousHeartbeatError as exc:
             self.say(f"this node fails, its workers were stopped: {exc}")
             return AgentResult(1, rounds=self.rounds)
@@ -269,7 +275,8 @@ class ElasticAgent:
         self.rounds += 1
         restarts = self.budget.used()
         self._outcome = None
-        outcome, failures = self._run_attempt(result, self._assign_or_abort(result), restarts)
+        assignment = self._assign_or_abort(result)
+        outcome, failures = self._run_attempt(result, assignment, restarts)
         self._outcome = outcome
         if outcome is Outcome.SUCCEEDED:
             outcome = exit_barrier(self.handler, result, self.settings.exit_barrier_timeout, self.say)
@@ -277,7 +284,8 @@ class ElasticAgent:
                 if not self._close(f"job succeeded (closed by node {self.handler.node_id!r})", round_=result.round):
                     self.say(rejoining.superseded_message(result.round, "finished"))
                     return None
-                self.say(f"job {self.settings.run_id!r} succeeded")
+                if not self._notices.outlived:  # else the workers ended on a notice: said when the agent exits
+                    self.say(f"job {self.settings.run_id!r} succeeded")
                 return self._result(0, restarts=restarts)
         if outcome is Outcome.CLOSED:
             return self._after_close()
@@ -298,6 +306,12 @@ class ElasticAgent:
             if not self._close(f"{reason} (closed by node {self.handler.node_id!r})", failed=True, round_=result.round):
                 self.say(rejoining.superseded_message(result.round, "failed"))
                 return None
+            return self._fail(restarts)
+        if self.settings.fixed_allocation and (
+            lost := fatal_losses(self.handler, result, assignment, restarts, self.settings.fixed_allocation)
+        ):
+            self.budget.record(lost)  # a lost host of a fixed allocation: no one will take its place
+            self._close(f"job failed: {lost[0].reason} (closed by node {self.handler.node_id!r})", failed=True)
             return self._fail(restarts)
         self.say(f"round {result.round} is over ({why}); re-rendezvous, no restart counted")
         return None
@@ -389,6 +403,7 @@ class ElasticAgent:
                 run_id=self.settings.run_id,
                 round=result.round,
                 attempt=restarts,
+                restarts_before=self.settings.restarts_before,
                 max_restarts=self.settings.max_restarts,
                 master_addr=store.master_addr,
                 master_port=store.master_port,

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -26,7 +27,7 @@ from rallypoint.core.errors import ConfigError, ConfigIssue
 if TYPE_CHECKING:
     from rallypoint.agent.launch import LaunchFacts
     from rallypoint.agent.plan import JobPlan
-    from rallypoint.core.config import ResolvedConfig
+    from rallypoint.core.config import LoadedConfig, ResolvedConfig
     from rallypoint.core.plugins import RallypointPluginManager
 
 __all__ = ["run", "status"]
@@ -138,6 +139,26 @@ def _with_environment(
     return flags, from_env, as_module, local_addr
 
 
+def _load(
+    job_file: str | None,
+    overrides: Sequence[tuple[str, Any, str]],
+    rdzv_endpoint: str | None,
+    pm: RallypointPluginManager,
+) -> LoadedConfig:
+    """Load the job (file, ``RALLYPOINT_*``, flags; ``overrides`` applied in order, last wins)."""
+    from rallypoint.core.config import load_job_config
+    from rallypoint.rendezvous.config import RendezvousSection
+    from rallypoint.rendezvous.records import RENDEZVOUS_BACKENDS
+
+    given = [o for o in overrides if o[1] is not None]
+    loaded = load_job_config(job_file, pm, overrides=given)
+    backend = loaded.section(RendezvousSection).backend
+    # which option the endpoint sets depends on the backend; resolution names an unknown one, and where it was set
+    if rdzv_endpoint is not None and backend in pm.registry(RENDEZVOUS_BACKENDS).names():
+        loaded = load_job_config(job_file, pm, overrides=[*given, _endpoint_override(backend, rdzv_endpoint, pm)])
+    return loaded
+
+
 def _resolve(
     job_file: str | None,
     overrides: list[tuple[str, Any, str]],
@@ -145,18 +166,27 @@ def _resolve(
     pm: RallypointPluginManager,
 ) -> ResolvedConfig:
     """Load the job (file, ``RALLYPOINT_*``, flags) and resolve its plugins, once."""
-    from rallypoint.core.config import load_job_config, resolve_config
-    from rallypoint.rendezvous.config import RendezvousSection
-    from rallypoint.rendezvous.records import RENDEZVOUS_BACKENDS
+    from rallypoint.core.config import resolve_config
 
-    overrides = [o for o in overrides if o[1] is not None]
-    loaded = load_job_config(job_file, pm, overrides=overrides)
-    backend = loaded.section(RendezvousSection).backend
-    # which option the endpoint sets depends on the backend; resolution names an unknown one, and where it was set
-    if rdzv_endpoint is not None and backend in pm.registry(RENDEZVOUS_BACKENDS).names():
-        overrides.append(_endpoint_override(backend, rdzv_endpoint, pm))
-        loaded = load_job_config(job_file, pm, overrides=overrides)
-    return resolve_config(loaded, pm)
+    return resolve_config(_load(job_file, overrides, rdzv_endpoint, pm), pm)
+
+
+def _resolve_in_environment(
+    job_file: str | None,
+    overrides: list[tuple[str, Any, str]],
+    rdzv_endpoint: str | None,
+    pm: RallypointPluginManager,
+) -> tuple[ResolvedConfig, LaunchFacts | None]:
+    """The job with what the launch environment (Slurm, Kubernetes) fills in, resolved once; its facts.
+
+    The environment's values come first, so that the job file, ``RALLYPOINT_*`` and flags win.
+    """
+    from rallypoint.agent.launch import resolve_in_environment
+
+    def load(filled: Sequence[tuple[str, Any, str]]) -> LoadedConfig:
+        return _load(job_file, [*filled, *overrides], rdzv_endpoint, pm)
+
+    return resolve_in_environment(load, pm, os.environ)
 
 
 @click.command(context_settings={"ignore_unknown_options": False, "allow_interspersed_args": False})
@@ -252,62 +282,23 @@ def run(
         *warm,
     ]
     pm = plugin_manager()
-    resolved = _resolve(job_file, overrides, _endpoint(flags), pm)
-    resolved, launch = _launch_environment(job_file, overrides, _endpoint(flags), pm, resolved)
+    resolved, launch = _resolve_in_environment(job_file, overrides, _endpoint(flags), pm)
     facts = NodeFacts.gather(
         job_file=job_file,
         script_from_cli=bool(script),
         host_name=host_name,
-        node_id=node_id or (launch.node_id if launch is not None else None),
+        node_id=node_id,
         local_addr=local_addr,
         route_to=route_targets(resolved),
+        launch=launch,
     )
     if static_node_env(flags):  # static rendezvous: the env rank strategy reads the node rank from here
         facts = replace(facts, environ={**facts.environ, **static_node_env(flags)})
     plan = plan_job(resolved, facts)
-    if launch is not None:
-        plan = _with_launch(plan, launch)
     if dry_run:
         return _dry_run(resolved, plan, facts.address_note, as_json)
     _check_log_dir(plan.settings.log_dir, resolved.loaded.source_of("agent.log_dir"))
     return _start(plan, pm, facts.address_note)
-
-
-def _launch_environment(
-    job_file: str | None,
-    overrides: list[tuple[str, Any, str]],
-    rdzv_endpoint: str | None,
-    pm: RallypointPluginManager,
-    resolved: ResolvedConfig,
-) -> tuple[ResolvedConfig, LaunchFacts | None]:
-    """The job with what the launch environment (Slurm, Kubernetes) fills in; flags and job keys win."""
-    from rallypoint.agent.config import LaunchSection
-    from rallypoint.agent.launch import detect, launch_overrides
-
-    launch = detect(resolved, pm, os.environ)
-    if launch is None:
-        return resolved, None
-    filled = launch_overrides(resolved.loaded, launch, resolved.section(LaunchSection).port)
-    return (_resolve(job_file, [*overrides, *filled], rdzv_endpoint, pm) if filled else resolved), launch
-
-
-def _with_launch(plan: JobPlan, launch: LaunchFacts) -> JobPlan:
-    """Workers learn the notice signals and the scheduler's restart count; the agent outlives a notice.
-
-    A notice signal the agent does not stop on (Slurm's ``--signal=USR2@90``) would end it by
-    default: the agent ignores it here (the scheduler signals the workers themselves).
-    """
-    import signal
-
-    from rallypoint.agent.preemption import PREEMPTION_SIGNALS_ENV
-
-    env = {PREEMPTION_SIGNALS_ENV: ",".join(launch.preemption_signals)}
-    env["RALLYPOINT_LAUNCH_RESTART_COUNT"] = str(launch.restart_count)
-    for name in launch.preemption_signals:
-        if name != "SIGTERM" and name in signal.Signals.__members__:
-            signal.signal(signal.Signals[name], lambda *_: None)
-    settings = replace(plan.settings, worker_env={**env, **plan.settings.worker_env})
-    return replace(plan, settings=settings)
 
 
 def _start(plan: JobPlan, pm: RallypointPluginManager, note: str | None) -> int:

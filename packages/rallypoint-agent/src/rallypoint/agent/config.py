@@ -454,5 +454,10 @@ AGENT_SECTIONS: tuple[ConfigSection, ...] = (
     ConfigSection("nodes", NodesSection, "how many nodes, and workers per node"),
     ConfigSection("ranks", RanksSection, "the rank-assignment strategy and its options"),
     ConfigSection("agent", AgentSection, "restarts, monitoring, logs"),
-    ConfigSection("launch", LaunchSection, "the scheduler that started the agent, and what it fills in"),
+    ConfigSection(
+        "launch",
+        LaunchSection,
+        "the scheduler that started the agent, and what it fills in",
+        from_environment="rallypoint.agent.launch.apply:config_from_environment",
+    ),
 )

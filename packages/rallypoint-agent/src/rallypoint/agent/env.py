@@ -65,7 +65,9 @@ class WorkerContext:
         ranks: the worker's ranks from the rank strategy.
         run_id: the job's run id.
         round: the rendezvous round.
-        attempt: job-wide restart count (``TORCHELASTIC_RESTART_COUNT``).
+        attempt: job-wide restart count of this run.
+        restarts_before: restarts the scheduler made before this run (Slurm's requeues);
+            ``TORCHELASTIC_RESTART_COUNT`` is ``restarts_before + attempt``.
         max_restarts: the job-wide restart budget.
         master_addr: group rank 0's address.
         master_port: the port worker rank 0 serves the ``env://`` store on.
@@ -82,6 +84,7 @@ class WorkerContext:
     master_port: int
     error_file: Path
     host: str
+    restarts_before: int = 0
 
 
 def worker_environment(
@@ -125,7 +128,7 @@ def worker_environment(
             "ROLE_WORLD_SIZE": str(r.role_world_size),
             "MASTER_ADDR": ctx.master_addr,
             "MASTER_PORT": str(ctx.master_port),
-            "TORCHELASTIC_RESTART_COUNT": str(ctx.attempt),
+            "TORCHELASTIC_RESTART_COUNT": str(ctx.restarts_before + ctx.attempt),
             "TORCHELASTIC_MAX_RESTARTS": str(ctx.max_restarts),
             "TORCHELASTIC_RUN_ID": ctx.run_id,
             "TORCHELASTIC_USE_AGENT_STORE": "False",

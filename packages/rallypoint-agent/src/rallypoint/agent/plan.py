@@ -28,6 +28,7 @@ from pydantic import BaseModel
 from rallypoint.agent import worker_main
 from rallypoint.agent.config import MAX_NPROC_PER_NODE, AgentSection, JobSection, NodesSection
 from rallypoint.agent.env import ROLE_ENV
+from rallypoint.agent.launch import LaunchFacts, launch_settings
 from rallypoint.agent.logs import parse_tee
 from rallypoint.agent.netif import socket_ifname_env
 from rallypoint.agent.node import node_record
@@ -95,6 +96,8 @@ class NodeFacts:
         executable: the Python interpreter that runs Python workers.
         address_note: how ``local_addr`` was found when no flag gave it (``--dry-run`` and the
             agent's first line say it), or why none could be: ``None`` when nothing was looked for.
+        launch: what the launch environment that started the agent (Slurm, Kubernetes) tells of
+            the job, or ``None`` (see :func:`~rallypoint.agent.launch.resolve_in_environment`).
     """
 
     host: str
@@ -111,6 +114,7 @@ class NodeFacts:
     run_token: str = "0" * 8
     executable: str = sys.executable
     address_note: str | None = None
+    launch: LaunchFacts | None = None
 
     @classmethod
     def gather(
@@ -122,6 +126,7 @@ class NodeFacts:
         node_id: str | None = None,
         local_addr: str | None = None,
         route_to: Sequence[str] | None = None,
+        launch: LaunchFacts | None = None,
     ) -> NodeFacts:
         """Read the facts of the running process (the only impure step of planning).
 
@@ -159,6 +164,7 @@ class NodeFacts:
             run_token=uuid.uuid4().hex[:8],
             executable=sys.executable,
             address_note=note,
+            launch=launch,
         )
 
 
@@ -171,11 +177,13 @@ class JobPlan:
         settings: everything the elastic agent needs besides its rendezvous handler.
         rendezvous: how this node joins the rendezvous (opened with
             :meth:`~rallypoint.rendezvous.handler.RendezvousHandler.from_spec`).
+        launch: the launch environment's facts the plan was made with (``NodeFacts.launch``).
     """
 
     node: NodeInfo
     settings: AgentSettings
     rendezvous: RendezvousSpec
+    launch: LaunchFacts | None = None
 
 
 def _issue(source: str | None, key: str, message: str) -> ConfigError:
@@ -461,12 +469,14 @@ def plan_job(resolved: ResolvedConfig, facts: NodeFacts) -> JobPlan:
     name = job_name(job, facts.job_file)
     rendezvous = _rendezvous_plan(resolved, facts, name)
     nproc = resolved.section(NodesSection).nproc_per_node
+    handled = tuple(signal.Signals[name] for name in agent.signals_to_handle.split(","))
+    launch = launch_settings(facts.launch, handled)
     node = node_record(
         host=facts.host,
         addr=facts.local_addr or ("127.0.0.1" if rendezvous.record.name == _MEMORY else facts.host),
         local_world_size=_auto_nproc(resolved, facts) if nproc == "auto" else int(nproc),
         environ=facts.environ,
-        node_id=facts.node_id,
+        node_id=facts.node_id or launch.node_id,
         pid=facts.pid,
     )
     strategy, strategy_name, strategy_options = _rank_strategy(resolved)
@@ -482,7 +492,7 @@ def plan_job(resolved: ResolvedConfig, facts: NodeFacts) -> JobPlan:
     if agent.preload and (problem := preload_problem(argv)):
         raise _issue(resolved.loaded.source_of("agent.preload"), "agent.preload", problem)
     signals_env, role_env = _torchrun_worker_env(agent)
-    worker_env = {**signals_env, **_worker_env(resolved, facts, job), **role_env}
+    worker_env = {**signals_env, **launch.worker_env, **_worker_env(resolved, facts, job), **role_env}
     settings = AgentSettings(
         argv=argv,
         run_id=rendezvous.run_id,
@@ -498,7 +508,11 @@ def plan_job(resolved: ResolvedConfig, facts: NodeFacts) -> JobPlan:
         strategy_name=strategy_name,
         strategy_options=strategy_options,
         stop_grace=agent.shutdown_timeout,
-        signals=tuple(signal.Signals[name] for name in agent.signals_to_handle.split(",")),
+        signals=handled,
+        notice_signals=launch.notice_signals,
+        ignored_signals=launch.ignored_signals,
+        restarts_before=launch.restarts_before,
+        fixed_allocation=launch.fixed_allocation,
         watchdog=watchdog,
         watchdog_options=watchdog_options,
         store_head_start=agent.store_head_start,
@@ -509,4 +523,4 @@ def plan_job(resolved: ResolvedConfig, facts: NodeFacts) -> JobPlan:
         preload_keep=agent.preload_keep,
         rendezvous_endpoint=rendezvous_endpoint(rendezvous),
     )
-    return JobPlan(node, settings, rendezvous)
+    return JobPlan(node, settings, rendezvous, facts.launch)

@@ -24,6 +24,21 @@ def _options(model: Any) -> dict[str, Any] | None:
     return dumped
 
 
+def _launch(plan: JobPlan) -> dict[str, Any] | None:
+    """The launch environment the plan was made in (``None``: none was detected)."""
+    facts = plan.launch
+    if facts is None:
+        return None
+    return {
+        "environment": facts.environment,
+        "nnodes": facts.nnodes,
+        "hosts": list(facts.hosts),
+        "node_rank": facts.node_rank,
+        "restart_count": facts.restart_count,
+        "variables": list(facts.variables),
+    }
+
+
 def plan_data(plan: JobPlan, address_note: str | None = None) -> dict[str, Any]:
     """Everything ``rallypoint run`` acts on for this node, as JSON values.
 
@@ -35,6 +50,7 @@ def plan_data(plan: JobPlan, address_note: str | None = None) -> dict[str, Any]:
     timeouts = rdzv.timeouts
     return {
         "run_id": rdzv.run_id,
+        "launch": _launch(plan),
         "rendezvous": {
             "backend": rdzv.record.name,
             "where": rendezvous_endpoint(rdzv),
@@ -66,6 +82,10 @@ def plan_data(plan: JobPlan, address_note: str | None = None) -> dict[str, Any]:
             "exit_barrier_timeout": settings.exit_barrier_timeout,
             "stop_grace": settings.stop_grace,
             "signals": [signal.Signals(s).name for s in settings.signals],
+            "notice_signals": [signal.Signals(s).name for s in settings.notice_signals],
+            "ignored_signals": [signal.Signals(s).name for s in settings.ignored_signals],
+            "restarts_before": settings.restarts_before,
+            "fixed_allocation": settings.fixed_allocation,
             "log_dir": str(settings.log_dir),
             "tee": settings.tee if isinstance(settings.tee, str) else list(settings.tee),
             "store_head_start": settings.store_head_start,
@@ -82,6 +102,17 @@ def plan_data(plan: JobPlan, address_note: str | None = None) -> dict[str, Any]:
     }
 
 
+def _launch_lines(launch: dict[str, Any], agent: dict[str, Any]) -> list[str]:
+    rank = f"node rank {launch['node_rank']} of {launch['nnodes']}" if launch["node_rank"] is not None else ""
+    restarts = f"restarted {launch['restart_count']} time(s) by it" if launch["restart_count"] else ""
+    shape = ", ".join(part for part in (rank, restarts) if part)
+    lines = [f"# launch environment: {launch['environment']}" + (f" ({shape})" if shape else "")]
+    if agent["notice_signals"]:
+        outlived = f"; the agent outlives {','.join(agent['ignored_signals'])}" if agent["ignored_signals"] else ""
+        lines.append(f"# preemption notices: {','.join(agent['notice_signals'])}{outlived}")
+    return lines
+
+
 def render_plan(data: dict[str, Any]) -> str:
     """The text form of :func:`plan_data`, as comment lines that follow the resolved job."""
     rdzv, node, agent, workers = data["rendezvous"], data["node"], data["agent"], data["workers"]
@@ -96,6 +127,8 @@ def render_plan(data: dict[str, Any]) -> str:
     ]
     if node["address_note"]:
         lines.append(f"# {node['address_note']}")
+    if data["launch"] is not None:
+        lines += _launch_lines(data["launch"], agent)
     lines += [
         f"# rank strategy: {data['ranks']['strategy']}",
         f"# restarts: {agent['max_restarts']} for the whole job; workers stopped with "

@@ -122,8 +122,9 @@ class FailureReport:
             "root cause (first failure of the last attempt):",
             f"  {root.headline()}",
             f"  time:  {when}",
-            f"  pid:   {root.pid}",
         ]
+        if root.pid:  # 0: not known (a lost host's workers)
+            lines.append(f"  pid:   {root.pid}")
         if root.log_file:
             lines.append(f"  log:   {root.log_file}")
         if root.exception:

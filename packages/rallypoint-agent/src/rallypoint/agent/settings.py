@@ -43,9 +43,14 @@ class AgentSignal(BaseException):
         super().__init__(signal.Signals(signum).name)
 
 
-def install_signal_handlers(signals: Sequence[int]) -> Callable[[], None]:
+def install_signal_handlers(
+    signals: Sequence[int], ignored: Sequence[int] = (), on_ignored: Callable[[int, Any], None] | None = None
+) -> Callable[[], None]:
     """Make ``signals`` raise :class:`AgentSignal` in the main thread; returns what restores the old handlers.
 
+    ``ignored`` (the preemption notices the agent outlives, :attr:`AgentSettings.ignored_signals`)
+    get ``on_ignored`` as their handler (one that does nothing by default), not ``SIG_IGN``, which
+    workers would inherit.
     Outside the main thread (an agent run by a test or an embedding program) nothing changes.
     """
     if threading.current_thread() is not threading.main_thread():
@@ -54,7 +59,11 @@ def install_signal_handlers(signals: Sequence[int]) -> Callable[[], None]:
     def handle(signum: int, _frame: Any) -> None:
         interruption(AgentSignal(signum))  # raised here, or where a hold ends (a worker's start)
 
+    def outlive(_signum: int, _frame: Any) -> None:
+        """A notice for the workers (they get it too): the agent goes on."""
+
     previous = {sig: signal.signal(sig, handle) for sig in signals}
+    previous.update({sig: signal.signal(sig, on_ignored or outlive) for sig in ignored if sig not in previous})
 
     def restore() -> None:
         for sig, old in previous.items():
@@ -82,6 +91,17 @@ class AgentSettings:
         strategy_name: its name in messages.
         strategy_options: the validated ``[ranks.options]`` (the record's options model).
         stop_grace: seconds between SIGTERM and SIGKILL when stopping workers; ``signals``: those it handles.
+        notice_signals: the signals the launch environment (Slurm, Kubernetes) sends as preemption
+            notices; none outside one.
+        ignored_signals: the notice signals the agent does not stop on (not in ``signals``):
+            it outlives them while its workers, which get them too, checkpoint. After a notice
+            the agent exits 75 (:mod:`rallypoint.agent.notices`).
+        restarts_before: how many times the scheduler restarted (requeued) the job before this
+            run (Slurm's ``SLURM_RESTART_COUNT``): the workers' ``TORCHELASTIC_RESTART_COUNT``
+            goes on from it; the restart budget (``max_restarts``) is this run's own.
+        fixed_allocation: the launch environment whose allocation is all the hosts the job will
+            have (``"slurm"``), or ``None``: a lost host is not replaced, so a job left with
+            fewer than ``nodes.min`` fails at once, naming it (:mod:`rallypoint.agent.lost_hosts`).
         cwd: the workers' working directory.
         watchdog: the watchdog timer backend's record (``[timer] watchdog``), or ``None`` for off.
         watchdog_options: its validated ``[timer.options]`` (the record's options model).
@@ -108,6 +128,10 @@ class AgentSettings:
     strategy_options: BaseModel | None = None
     stop_grace: float = 30.0
     signals: tuple[int, ...] = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+    notice_signals: tuple[int, ...] = ()
+    ignored_signals: tuple[int, ...] = ()
+    restarts_before: int = 0
+    fixed_allocation: str | None = None
     cwd: str | None = None
     watchdog: BackendRecord | None = None
     watchdog_options: BaseModel | None = None

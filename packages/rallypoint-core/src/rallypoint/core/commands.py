@@ -198,14 +198,15 @@ def config_show(job_file: str | None, set_values: tuple[str, ...], as_json: bool
     """Show the resolved job (JOB_FILE, RALLYPOINT_* variables, --set) with the source of every value.
 
     Without JOB_FILE, the defaults and the RALLYPOINT_* variables are shown. Each value is
-    followed by where it was set: the file, a variable, a flag, or the default. `rallypoint run
-    --dry-run` shows the same for a torchrun-style command line.
+    followed by where it was set: the file, a variable, a flag, the environment the command runs
+    in (inside a Slurm allocation: "slurm (SLURM_JOB_NUM_NODES)"), or the default. `rallypoint
+    run --dry-run` shows the same for a torchrun-style command line, and the plan.
     """
-    from rallypoint.core.config import load_job_config, render_resolved, resolve_config
+    from rallypoint.core.config import load_in_environment, render_resolved, resolve_config
     from rallypoint.core.config.render import resolved_as_dict, resolved_sources
 
     pm = plugin_manager()
-    resolved = resolve_config(load_job_config(job_file, pm, overrides=_parse_set(set_values)), pm)
+    resolved = resolve_config(load_in_environment(job_file, pm, overrides=_parse_set(set_values)), pm)
     if as_json:
         data = resolved_as_dict(resolved)
         plugins = data.pop("plugins")

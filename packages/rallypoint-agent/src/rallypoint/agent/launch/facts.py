@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 __all__ = ["LaunchFacts"]
 
@@ -23,6 +24,10 @@ class LaunchFacts:
         restart_count: how many times the scheduler restarted (requeued) the job.
         preemption_signals: signal names the scheduler sends before it stops the job.
         variables: the environment variables read, for the source of each value.
+        fixed_allocation: the job's hosts are all it will have: a lost one is not replaced while
+            it runs (a Slurm allocation; not a Kubernetes Job, which recreates a pod).
+        origins: for each field above that came from the environment, the variables it was read
+            from (``{"nnodes": ("SLURM_JOB_NUM_NODES",)}``): the source labels of what it fills in.
     """
 
     environment: str
@@ -35,11 +40,18 @@ class LaunchFacts:
     restart_count: int = 0
     preemption_signals: tuple[str, ...] = ("SIGTERM",)
     variables: tuple[str, ...] = ()
+    fixed_allocation: bool = False
+    origins: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     @property
     def source(self) -> str:
-        """How config sources name these values: ``slurm (launch environment: SLURM_JOB_ID, ...)``."""
+        """How config sources name these values as a whole: ``slurm (launch environment: SLURM_JOB_ID, ...)``."""
         names = ", ".join(self.variables)
         return (
             f"{self.environment} (launch environment: {names})" if names else f"{self.environment} (launch environment)"
         )
+
+    def source_of(self, name: str) -> str:
+        """The source label of one field: ``slurm (SLURM_JOB_NODELIST)``; :attr:`source` for one of unknown origin."""
+        variables = self.origins.get(name)
+        return f"{self.environment} ({', '.join(variables)})" if variables else self.source

@@ -34,6 +34,14 @@ def detect(environ: Mapping[str, str]) -> LaunchFacts | None:
     index, nnodes = int(index_text), int(nnodes_text)
     stem = hostname[: -len(f"-{index_text}")]
     jobset = environ.get("JOBSET_NAME", "").strip()
+    endpoint_from = ("HOSTNAME", "RALLYPOINT_K8S_SERVICE")
+    origins = {
+        "nnodes": ("RALLYPOINT_K8S_NNODES",),
+        "endpoint_host": endpoint_from,
+        "run_id": ("JOBSET_NAME",) if jobset else ("HOSTNAME",),
+        "node_id": ("HOSTNAME",),
+        "node_rank": ("JOB_COMPLETION_INDEX",),
+    }
     used = ["JOB_COMPLETION_INDEX", "HOSTNAME", "RALLYPOINT_K8S_NNODES", "RALLYPOINT_K8S_SERVICE"]
     if jobset:
         used.append("JOBSET_NAME")
@@ -47,4 +55,5 @@ def detect(environ: Mapping[str, str]) -> LaunchFacts | None:
         # the kubelet sends SIGTERM, then SIGKILL after terminationGracePeriodSeconds
         preemption_signals=("SIGTERM",),
         variables=tuple(used),
+        origins=origins,
     )

@@ -15,6 +15,15 @@ def _int(environ: Mapping[str, str], name: str) -> int | None:
     return int(value) if value.isdigit() else None
 
 
+def _first(environ: Mapping[str, str], *names: str, digits: bool = False) -> str | None:
+    """The first of ``names`` set (to digits, with ``digits``); ``None`` if none is."""
+    for name in names:
+        value = environ.get(name, "").strip()
+        if value and (value.isdigit() or not digits):
+            return name
+    return None
+
+
 def detect(environ: Mapping[str, str]) -> LaunchFacts | None:
     """The job's shape from Slurm's variables; ``None`` outside a Slurm job step.
 
@@ -27,26 +36,39 @@ def detect(environ: Mapping[str, str]) -> LaunchFacts | None:
     Raises:
         HostListError: ``SLURM_JOB_NODELIST`` is not in Slurm's host-list syntax.
     """
-    job_id = environ.get("SLURM_JOB_ID") or environ.get("SLURM_JOBID")
-    nodelist = environ.get("SLURM_JOB_NODELIST") or environ.get("SLURM_NODELIST")
-    if not job_id or not nodelist:
+    job_var = _first(environ, "SLURM_JOB_ID", "SLURM_JOBID")
+    list_var = _first(environ, "SLURM_JOB_NODELIST", "SLURM_NODELIST")
+    if job_var is None or list_var is None:
         return None
-    used = ["SLURM_JOB_ID", "SLURM_JOB_NODELIST"]
-    hosts = tuple(expand_hostlist(nodelist))
-    nnodes = _int(environ, "SLURM_JOB_NUM_NODES") or _int(environ, "SLURM_NNODES") or len(hosts)
+    hosts = tuple(expand_hostlist(environ[list_var]))
+    count_var = _first(environ, "SLURM_JOB_NUM_NODES", "SLURM_NNODES", digits=True)
+    origins: dict[str, tuple[str, ...]] = {
+        "nnodes": (count_var or list_var,),
+        "hosts": (list_var,),
+        "endpoint_host": (list_var,),
+        "run_id": (job_var,),
+    }
     node_name = environ.get("SLURMD_NODENAME") or None
+    if node_name is not None:
+        origins["node_id"] = ("SLURMD_NODENAME",)
     node_rank = _int(environ, "SLURM_NODEID")
-    restarts = _int(environ, "SLURM_RESTART_COUNT") or 0
+    if node_rank is not None:
+        origins["node_rank"] = ("SLURM_NODEID",)
+    restarts = _int(environ, "SLURM_RESTART_COUNT")
+    if restarts is not None:
+        origins["restart_count"] = ("SLURM_RESTART_COUNT",)
     return LaunchFacts(
         environment="slurm",
-        nnodes=nnodes,
+        nnodes=int(environ[count_var]) if count_var else len(hosts),
         hosts=hosts,
         endpoint_host=hosts[0],
-        run_id=f"slurm-{job_id}",
+        run_id=f"slurm-{environ[job_var].strip()}",
         node_id=node_name,
         node_rank=node_rank,
-        restart_count=restarts,
+        restart_count=restarts or 0,
         # scancel and the end of a time limit send SIGTERM; --signal=USR2@90 warns ahead of it
         preemption_signals=("SIGTERM", "SIGUSR2"),
-        variables=tuple(used),
+        fixed_allocation=True,
+        variables=tuple(dict.fromkeys(v for names in origins.values() for v in names)),
+        origins=origins,
     )

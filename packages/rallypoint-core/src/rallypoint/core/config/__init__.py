@@ -9,6 +9,7 @@ every problem with its file (or variable, or flag) and key path.
 """
 
 from rallypoint.core.config.durations import Duration, PositiveDuration, format_duration, parse_duration
+from rallypoint.core.config.environment import environment_overrides, load_in_environment
 from rallypoint.core.config.files import file_problem, variable_problem
 from rallypoint.core.config.loader import LoadedConfig, load_job_config, parse_value
 from rallypoint.core.config.render import render_resolved, section_env
@@ -26,8 +27,10 @@ __all__ = [
     "Section",
     "Selection",
     "build_schema",
+    "environment_overrides",
     "file_problem",
     "format_duration",
+    "load_in_environment",
     "load_job_config",
     "parse_duration",
     "parse_value",

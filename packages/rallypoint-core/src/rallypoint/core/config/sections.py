@@ -103,6 +103,15 @@ class ConfigSection:
             value given by ``--set`` or ``RALLYPOINT_*`` reaches them like one from the file
             (:func:`~rallypoint.core.config.section_env` writes a whole section). A value that
             differs per worker is a :class:`PerWorker` template.
+        from_environment: what the environment a command runs in gives for keys the job left at
+            their defaults (a scheduler's allocation: the number of nodes, the run id): called as
+            ``from_environment(loaded, pm, environ)`` (the
+            :class:`~rallypoint.core.config.LoadedConfig` as the user gave it, the plugin
+            manager, the process environment), returns ``(key, value, source label)`` overrides
+            such as ``("nodes.min", 3, "slurm (SLURM_JOB_NUM_NODES)")``. The file, ``RALLYPOINT_*``
+            variables and flags win over them (:func:`~rallypoint.core.config.load_in_environment`).
+            A callable, or its import path (``"package.module:function"``, imported when first
+            called: the module that declares the section need not import it).
 
     Example:
         >>> class WidgetSection(Section):
@@ -116,6 +125,7 @@ class ConfigSection:
     summary: str = ""
     optional: bool = False
     worker_env: Callable[[Any, Path], Mapping[str, str]] | None = None
+    from_environment: Callable[[Any, Any, Mapping[str, str]], Iterable[tuple[str, Any, str]]] | str | None = None
 
     def __post_init__(self) -> None:
         problem = None
@@ -127,6 +137,12 @@ class ConfigSection:
             problem = f"its model {self.model!r} is not a rallypoint.core.config.Section subclass"
         elif self.worker_env is not None and not callable(self.worker_env):
             problem = f"its worker_env {self.worker_env!r} is not callable"
+        elif self.from_environment is not None and not (
+            callable(self.from_environment) or (isinstance(self.from_environment, str) and ":" in self.from_environment)
+        ):
+            problem = (
+                f"its from_environment {self.from_environment!r} is neither callable nor 'package.module:function'"
+            )
         if problem:
             raise PluginError(f"invalid config section {self.name!r}: {problem}")
 
