@@ -45,6 +45,7 @@ from rallypoint.agent.env import WorkerContext, worker_environment
 from rallypoint.agent.error_files import read_error_file
 from rallypoint.agent.exit_barrier import exit_barrier
 from rallypoint.agent.fence import Fence
+from rallypoint.agent.hang_watch import HangWatch
 from rallypoint.agent.log_dir import claim, private_dir, release
 from rallypoint.agent.logs import WorkerLogs, tee_selects
 from rallypoint.agent.peers import running_status, vanished_peer
@@ -123,6 +124,9 @@ class ElasticAgent:
             WatchdogKills(settings.watchdog, settings.watchdog_options, self._debug, self.say, self.budget.publish)
             if settings.watchdog is not None
             else None
+        )
+        self._hangs = HangWatch(  # [debug] hang_timeout, and workers' CollectiveTimeout: the hang report (#40)
+            settings.hang_timeout, self._debug, self.backend, handler.node_id, self.host, self.say, self.budget.publish
         )
 
     # -- messages ----------------------------------------------------------------------------
@@ -394,7 +398,7 @@ class ElasticAgent:
             extra = dict(self.settings.worker_env)
             if self._kills is not None:
                 extra.update(self._kills.worker_env(w.rank))
-            extra["RALLYPOINT_DEBUG_DIR"] = str(attempt_dir / "debug")  # stacks and flight record (#40)
+            extra["RALLYPOINT_WORKER_DEBUG_DIR"] = str(attempt_dir / "debug")  # stacks and flight record (#40)
             if self.settings.timeline:
                 extra["RALLYPOINT_TIMELINE_FILE"] = str(attempt_dir / "timeline" / f"rank_{w.rank}.jsonl")
             env = worker_environment(ctx, base=os.environ, extra=extra, plugin_env=plugin_env)
@@ -432,10 +436,13 @@ class ElasticAgent:
         head_start = self.settings.store_head_start if 0 in contexts and len(specs) > 1 else 0.0
         try:  # a signal may come while the workers start: those started are stopped with it
             group.start(specs, head_start=head_start)
+
+            def failure_of(ex: WorkerExit) -> WorkerFailure:
+                return self._failure(ex, contexts[ex.rank], logs, attempt_dir, restarts, node_id)
+
             if self._kills is not None:
-                self._kills.follow(
-                    group, lambda ex: self._failure(ex, contexts[ex.rank], logs, attempt_dir, restarts, node_id)
-                )
+                self._kills.follow(group, failure_of)
+            self._hangs.follow(group, result.round, attempt_dir, self.settings.timeline, failure_of)
             if self.pm is not None:
                 self.pm.hook.rallypoint_agent_workers_started(group=group)
             poll = min(0.5, max(0.05, self.handler.timeouts.heartbeat_interval / 4))
@@ -466,6 +473,7 @@ class ElasticAgent:
             raise
         finally:
             self._group = None
+            self._hangs.close()
             if self._kills is not None:
                 self._kills.follow(None)
 
@@ -477,6 +485,7 @@ class ElasticAgent:
             failure = self.handler.failure  # this node lost the rendezvous: its workers were fenced
             if failure is not None:
                 raise failure
+            self._hangs.check()  # a few system calls; acts on a hang (#40)
             if ex is not None:
                 if not ex.ok:
                     return Outcome.FAILED, ex
@@ -508,7 +517,7 @@ class ElasticAgent:
         err = read_error_file(attempt_dir / f"rank_{ex.rank}.error.json")
         log_file = logs.log_path(ex.rank)
         reason, failed_at = ex.describe(), ex.exited_at
-        killed = self._kills.explain(ex) if self._kills is not None else None
+        killed = (self._kills.explain(ex) if self._kills is not None else None) or self._hangs.explain(ex)
         if killed is not None:  # its watchdog timer expired: it failed then, and the reason says so
             reason, failed_at = killed
         return WorkerFailure(

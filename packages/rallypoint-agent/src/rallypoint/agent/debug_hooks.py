@@ -1,7 +1,7 @@
 """What a worker installs at start so that the agent can see what it is doing (issue #40).
 
 :mod:`rallypoint.agent.worker_main` loads this file by path (it imports nothing of rallypoint)
-when the agent gives the worker ``RALLYPOINT_DEBUG_DIR``. Two things are set up:
+when the agent gives the worker ``RALLYPOINT_WORKER_DEBUG_DIR``. Two things are set up:
 
 * **Stacks on request**: :func:`faulthandler.register` for :data:`DUMP_SIGNAL` (a real-time
   signal nothing else uses), writing into ``<dir>/rank_<RANK>.stacks`` (started anew by each worker:

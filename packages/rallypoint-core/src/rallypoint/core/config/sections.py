@@ -28,9 +28,11 @@ __all__ = ["ConfigSection", "JobSchema", "Section", "build_schema", "cross_field
 FIELDS_CTX = "rallypoint_fields"
 
 _NAME_RE = re.compile(r"^[a-z][a-z0-9]*$")
-#: Second words of core's own ``RALLYPOINT_*`` controls; a section with one of these names would
-#: read them as configuration.
-RESERVED_NAMES = frozenset({"disable", "debug"})
+#: Second words of core's own ``RALLYPOINT_*`` controls that take a key (``RALLYPOINT_DISABLE_PLUGINS``):
+#: a section with one of these names would read them as configuration. ``RALLYPOINT_DEBUG`` is no
+#: such word: the control is the bare variable, which names no key and so is never configuration,
+#: and the agent's ``[debug]`` section (hang forensics) owns ``RALLYPOINT_DEBUG_<KEY>``.
+RESERVED_NAMES = frozenset({"disable"})
 
 
 class Section(BaseModel):
