@@ -6,6 +6,8 @@ one worker each: rank 1 misbehaves after three all_reduce calls, the others wait
 * With ``[debug] hang_timeout``, no rank's flight record moves, so after the timeout one agent
   gathers the report from every host, fails the attempt, and every node's failure report carries
   the diagnosis. A job that calls all_reduce once a second, with the same timeout, runs to its end.
+* Through the rallypoint facade, the waiting ranks raise CollectiveTimeout; before they do, their
+  agents gather the same report, and the failures carry the diagnosis.
 """
 
 from __future__ import annotations
@@ -96,3 +98,32 @@ def test_the_restart_budget_applies_to_a_hang(tmp_path: Path, jobs: list[HungJob
     assert "failed after 1 of 1 restart(s)" in out, out
     report = out[out.index("root cause") :]
     assert f"never entered it: wait <- hang.py:{line_of('return q.get()')}" in report, out
+
+
+def test_a_collective_timeout_gathers_the_report_on_every_node_before_it_is_raised(
+    hosts, tmp_path: Path, jobs: list[HungJob]
+) -> None:
+    net = hosts(3)
+    job = HungJob(tmp_path, "facade", nproc=1, hosts=net.hosts, extra=SLOW_MACHINE)
+    jobs.append(job)
+    codes = [p.wait(180) for p in job.procs]
+    out = job.output()
+    assert codes == [1, 1, 1], out
+    expected = (
+        "diagnosis: ranks 0, 2 wait in all_reduce #3 (group default, float32[4]); "
+        f"rank 1 (host {rank1_host(job, net.hosts)}, pid "
+    )
+    frame = f"never entered it: wait_for_batch_python at hang.py:{line_of('sum(range(1000))')}"
+    # both waiting ranks asked; one agent gathered, the other took its diagnosis
+    assert out.count("CollectiveTimeout in all_reduce on WORLD after 3s: rank(s) 1 did not arrive; gathering") == 1
+    for n in range(3):
+        agent = job.outs[n].read_text()
+        report = agent[agent.index("root cause") :]
+        assert "exit code 1 after a collective timed out; hang " + expected in report, agent
+        assert frame in report, agent
+        assert "CollectiveTimeout" in report, agent  # the exception, from the worker's error file
+        kept = (tmp_path / f"logs{n}" / "hang_report.txt").read_text()
+        assert "CollectiveTimeout in all_reduce" in kept.splitlines()[0], kept
+        assert expected in kept, kept
+    # the raising worker printed the diagnosis before its traceback
+    assert "rallypoint: hang report of every worker (agent log dir, hang_report.txt): " + expected in out, out

@@ -29,6 +29,7 @@ import torch.distributed as _dist
 
 from rallypoint.collectives.broken import mark_broken
 from rallypoint.collectives.errors import CollectiveTimeout, format_ranks
+from rallypoint.collectives.hang_request import ask_agent
 from rallypoint.collectives.state import PROBE, STATE, GroupInfo
 from rallypoint.collectives.timeouts import MIN_WAIT, Deadline, TimeoutEvent, TimeoutHandler, decide
 
@@ -352,11 +353,14 @@ def _expire(
     )  # fmt: skip
     try:
         extra = decide(event, on_timeout)
-    except BaseException:
+    except BaseException as exc:
+        if isinstance(exc, SystemExit):  # the handler ends the process: the agent reports the hang first
+            ask_agent(err)
         _broken(info)
         raise
     if extra is not None:
         return extra
+    ask_agent(err)  # before the group is given up: the other ranks still wait, as the report shows (#40)
     _broken(info)
     if dl is not None:
         dl.record(_label(err.op, info, peer), elapsed, True)
