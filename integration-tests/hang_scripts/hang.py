@@ -78,7 +78,7 @@ def main() -> None:
         elif mode == "shape":
             dist.all_reduce(torch.ones(2))
     if mode == "facade":
-        rc.all_reduce(t, timeout=3.0)  # the fourth, through the facade: CollectiveTimeout after 3 s
+        rc.all_reduce(t, timeout=3.0)  # through the facade: CollectiveTimeout after 3 s
         return
     dist.all_reduce(t)  # the fourth: where the others wait
     time.sleep(float(os.environ.get("HANG_END_SLEEP", "0")))
