@@ -76,9 +76,10 @@ def test_a_job_slower_than_nothing_but_faster_than_the_hang_timeout_runs_to_its_
     hosts, tmp_path: Path, jobs: list[HungJob]
 ) -> None:
     net = hosts(3)
-    # one all_reduce a second for 8 s: more than twice the timeout, never a second without progress
-    extra = ("--set", "debug.hang_timeout=3s", *SLOW_MACHINE)
-    job = HungJob(tmp_path, "slow", nproc=1, hosts=net.hosts, extra=extra, env={"SLOW_STEPS": "8"})
+    # one all_reduce a second for 14 s: more than twice the timeout, never a second without progress
+    # (6 s: a peer starved of CPU on a loaded 2-core machine delays a step by seconds)
+    extra = ("--set", "debug.hang_timeout=6s", *SLOW_MACHINE)
+    job = HungJob(tmp_path, "slow", nproc=1, hosts=net.hosts, extra=extra, env={"SLOW_STEPS": "14"})
     jobs.append(job)
     codes = [p.wait(180) for p in job.procs]
     out = job.output()
