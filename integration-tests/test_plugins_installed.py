@@ -100,7 +100,7 @@ def test_plugins_list_shows_the_essential_packages_and_the_monorepo_plugins() ->
     assert rows["gloo"].endswith("collective backend: gloo")
     assert rows["rendezvous"].endswith("rendezvous backend: memory")
     lines = result.stdout.splitlines()
-    assert "declares sections: [job], [nodes], [ranks], [agent], [launch]" in [line.strip() for line in lines]
+    assert "declares sections: [job], [nodes], [ranks], [agent], [launch], [debug]" in [line.strip() for line in lines]
     assert "launch environment: slurm, kubernetes, none" in [line.strip() for line in lines]
     assert rows["rpc"].endswith("declares kinds: RPC transport")  # it registers nothing itself
     assert "* essential package (loaded even when RALLYPOINT_DISABLE_PLUGIN_AUTOLOAD is set)" in lines
@@ -163,7 +163,8 @@ def test_config_check_of_a_whole_job(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
     # sections in declaration order (essential packages load by name); [rpc] is optional and absent
-    assert list(data) == ["job", "nodes", "ranks", "agent", "launch", "collectives", "rendezvous", "timer", "plugins"]
+    agent_sections = ["job", "nodes", "ranks", "agent", "launch", "debug"]
+    assert list(data) == [*agent_sections, "collectives", "rendezvous", "timer", "plugins"]
     assert data["job"] == {"name": "mnist", "entrypoint": "train.py", "args": ["--epochs", "3"], "env": {}}
     assert data["rendezvous"]["join_timeout"] == "10m"
     assert data["rendezvous"]["options"]["path"] == "/tmp/rdzv"
@@ -184,8 +185,8 @@ def test_config_check_of_a_whole_job(tmp_path: Path) -> None:
         (
             "[jobs]\nentrypoint = 'train.py'\n",
             "error: job.toml: jobs: unknown section [jobs]; did you mean [job]? (known sections: agent, "
-            "collectives, job, launch, nodes, ranks, rendezvous, rpc, timer). Sections are declared by installed "
-            "packages: "
+            "collectives, debug, job, launch, nodes, ranks, rendezvous, rpc, timer). Sections are declared by "
+            "installed packages: "
             "if [jobs] belongs to one that is missing or disabled, install or enable it (see rallypoint plugins list)",
         ),
     ],

@@ -6,7 +6,9 @@ figures are the Python and C++ work of this process):
   1. flight record per collective:
      A recorded: torch.distributed.all_reduce(16 floats) wrapped by the flight recorder
      B plain:    the same call, unwrapped
-     the cost per collective is median A - median B (target <= 2 us);
+     the cost per collective is median A - median B (target <= 2 us); with --hooks-before FILE
+     (a saved copy of debug_hooks.py, e.g. ``git show HEAD~1:<path> > before.py``) the same is
+     measured for that copy in the same run, and the two recorders head to head;
   2. steady state: a training step (a 256x256 matmul, then an all_reduce of its 16 first values)
      with the worker's debug hooks installed (faulthandler dump handler + flight record) or not
      (target ratio <= 1.01);
@@ -18,6 +20,7 @@ Run from the repository root:
 
     .venv/bin/python tools/bench/debug_overhead.py            # 20 rounds
     .venv/bin/python tools/bench/debug_overhead.py --smoke    # CI: 1 warm-up, 2 rounds
+    .venv/bin/python tools/bench/debug_overhead.py --hooks-before /tmp/before.py   # a change's effect
 """
 
 from __future__ import annotations
@@ -55,14 +58,13 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _hooks() -> Any:
+def _hooks(path: Path | None = None, name: str = "_bench_debug_hooks") -> Any:
+    """The workers' hooks module (``path``: another copy of it), loaded by path as the worker loads it."""
     import importlib.util
 
     from rallypoint.agent import worker_main
 
-    spec = importlib.util.spec_from_file_location(
-        "_bench_debug_hooks", Path(worker_main.PATH).with_name("debug_hooks.py")
-    )
+    spec = importlib.util.spec_from_file_location(name, path or Path(worker_main.PATH).with_name("debug_hooks.py"))
     assert spec is not None
     assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
@@ -119,9 +121,33 @@ def answer_time(workers: int, rounds: int) -> list[float]:
                 p.wait()
 
 
+def _compare_before(args: argparse.Namespace, before: Any, tmp: str, recorded: Any, plain: Any, small: Any) -> None:
+    """The flight record's cost with an earlier copy of the hooks, and both recorders head to head."""
+    old = before._wrap(before.FlightRecorder(os.path.join(tmp, "before.flight")), "all_reduce", plain)
+    c = run_benchmark(
+        args,
+        lambda: old(small),
+        lambda: plain(small),
+        labels=("before", "plain"),
+        title=f"debug overhead: flight record per collective with {args.hooks_before} (before)",
+    )
+    print(f"flight record cost per collective, before: {(c.a.median - c.b.median) * 1e6:.2f} us\n", flush=True)
+    c = run_benchmark(
+        args,
+        lambda: recorded(small),
+        lambda: old(small),
+        labels=("after", "before"),
+        title="debug overhead: flight record, this copy of the hooks against the one before, head to head",
+    )
+    print(f"flight record cost per collective, after - before: {(c.a.median - c.b.median) * 1e6:+.2f} us\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = bench_parser(__doc__, rounds=20, warmup=2, number=2000)
     parser.add_argument("--workers", type=int, default=64, help="simulated workers answering debug stacks")
+    parser.add_argument(
+        "--hooks-before", type=Path, metavar="FILE", help="also measure this copy of debug_hooks.py (before a change)"
+    )
     args = parser.parse_args(argv)
     os.environ.update({"RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port())})
     import torch
@@ -143,6 +169,8 @@ def main(argv: list[str] | None = None) -> int:
                 title="debug overhead: flight record per collective (all_reduce of 16 floats, 1 rank, gloo)",
             )
             print(f"flight record cost per collective: {(c.a.median - c.b.median) * 1e6:.2f} us\n", flush=True)
+            if args.hooks_before is not None:
+                _compare_before(args, _hooks(args.hooks_before, "_bench_hooks_before"), tmp, recorded, plain, small)
 
             a = torch.randn(256, 256)
             state = {"hooked": False}

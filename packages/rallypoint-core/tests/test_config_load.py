@@ -165,7 +165,6 @@ def test_core_alone_knows_no_section(job_file, core_alone) -> None:
         ("Widgets", WidgetsSection, "use lower case letters and digits, starting with a letter"),
         ("9lives", WidgetsSection, "use lower case letters and digits, starting with a letter"),
         ("disable", WidgetsSection, "the name is reserved"),
-        ("debug", WidgetsSection, "the name is reserved"),
         ("copy", WidgetsSection, "the name is reserved"),
         ("widgets", dict, "its model <class 'dict'> is not a rallypoint.core.config.Section subclass"),
     ],
@@ -175,6 +174,20 @@ def test_invalid_sections_are_refused(name: str, model: type, problem: str) -> N
         ConfigSection(name, model)
 
     assert str(info.value) == f"invalid config section {name!r}: {problem}"
+
+
+def test_a_debug_section_reads_its_keys_but_never_the_traceback_switch() -> None:
+    """``RALLYPOINT_DEBUG=1`` (core's traceback switch) names no key: never configuration, even with ``[debug]``."""
+
+    class HangSection(Section):
+        hang_timeout: float | None = None
+
+    section = ConfigSection("debug", HangSection)  # the agent declares [debug] (#40): the name is not reserved
+    environ = {"RALLYPOINT_DEBUG": "1", "RALLYPOINT_DEBUG_HANG_TIMEOUT": "30"}
+
+    assert env_overrides(environ, [section.name]) == [
+        ("debug.hang_timeout", 30, "RALLYPOINT_DEBUG_HANG_TIMEOUT (environment)")
+    ]
 
 
 def test_schema_is_cached_per_set_of_sections_and_refuses_duplicates() -> None:

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import socket
 import sys
 import time
@@ -41,10 +40,10 @@ from rallypoint.agent import console
 from rallypoint.agent import rejoin as rejoining
 from rallypoint.agent.colour import agent_line
 from rallypoint.agent.debug_service import DebugService
-from rallypoint.agent.env import WorkerContext, worker_environment
 from rallypoint.agent.error_files import read_error_file
 from rallypoint.agent.exit_barrier import exit_barrier
 from rallypoint.agent.fence import Fence
+from rallypoint.agent.hang_watch import HangWatch
 from rallypoint.agent.line_prefix import prefix_of
 from rallypoint.agent.log_dir import claim, private_dir, release
 from rallypoint.agent.logs import WorkerLogs, tee_selects
@@ -59,8 +58,8 @@ from rallypoint.agent.status_file import StatusFile, keeps_state_here
 from rallypoint.agent.waiting import waiting_line
 from rallypoint.agent.warm import WarmLauncher
 from rallypoint.agent.watchdog_kills import WatchdogKills
-from rallypoint.agent.workers import WorkerExit, WorkerGroup, WorkerSpec
-from rallypoint.core.config import PerWorker
+from rallypoint.agent.worker_specs import attempt_workers
+from rallypoint.agent.workers import WorkerExit, WorkerGroup
 from rallypoint.core.errors import RallypointError
 
 if TYPE_CHECKING:
@@ -130,6 +129,9 @@ class ElasticAgent:
             WatchdogKills(settings.watchdog, settings.watchdog_options, self._debug, self.say, self.budget.publish)
             if settings.watchdog is not None
             else None
+        )
+        self._hangs = HangWatch(  # [debug] hang_timeout, and workers' CollectiveTimeout: the hang report (#40)
+            settings.hang_timeout, self._debug, self.backend, handler.node_id, self.host, self.say, self.budget.publish
         )
 
     # -- messages ----------------------------------------------------------------------------
@@ -388,49 +390,6 @@ class ElasticAgent:
         settings = self.settings
         return compute_assignment(settings.strategy, nodes, settings.strategy_options, name=settings.strategy_name)
 
-    def _worker_specs(
-        self, result: RendezvousResult, assignment: RankAssignment, restarts: int, attempt_dir: Path
-    ) -> tuple[list[WorkerSpec], dict[int, WorkerRanks], str]:
-        """The specs of this node's workers (sorted by rank), their ranks, and the store's ``addr:port``."""
-        mine = assignment.for_node(result.node.node_id)
-        # worker rank 0 serves torch's env:// store: every worker connects to the node that holds it,
-        # wherever the rank strategy put it (not necessarily group rank 0)
-        store = result.store_on(assignment.workers[0].node_id)
-        specs = []
-        for w in mine:
-            ctx = WorkerContext(
-                ranks=w,
-                run_id=self.settings.run_id,
-                round=result.round,
-                attempt=restarts,
-                restarts_before=self.settings.restarts_before,
-                max_restarts=self.settings.max_restarts,
-                master_addr=store.master_addr,
-                master_port=store.master_port,
-                error_file=attempt_dir / f"rank_{w.rank}.error.json",
-                host=self.host,
-            )
-            plugin_env: dict[str, str] = {}
-            if self.pm is not None:
-                for extra in self.pm.hook.rallypoint_worker_env(worker=ctx) or []:
-                    plugin_env.update(extra or {})
-            # a section's value that differs per worker (the timeline's log...) is filled in for this one
-            extra = {
-                k: v.fill(rank=w.rank, local_rank=w.local_rank, attempt_dir=attempt_dir)
-                if isinstance(v, PerWorker)
-                else v
-                for k, v in self.settings.worker_env.items()
-            }
-            if self._kills is not None:
-                extra.update(self._kills.worker_env(w.rank))
-            extra["RALLYPOINT_DEBUG_DIR"] = str(attempt_dir / "debug")  # stacks and flight record (#40)
-            env = worker_environment(ctx, base=os.environ, extra=extra, plugin_env=plugin_env)
-            with contextlib.suppress(FileNotFoundError):
-                ctx.error_file.unlink()
-            specs.append(WorkerSpec(rank=w.rank, argv=list(self.settings.argv), env=env, cwd=self.settings.cwd))
-        specs.sort(key=lambda spec: spec.rank)
-        return specs, {w.rank: w for w in mine}, f"{store.master_addr}:{store.master_port}"
-
     def _run_attempt(
         self, result: RendezvousResult, assignment: RankAssignment, restarts: int
     ) -> tuple[Outcome, list[WorkerFailure]]:
@@ -438,7 +397,17 @@ class ElasticAgent:
         # published with this node's next join, so that strategies can keep its ranks stable
         self.handler.update_node(previous_rank=min(w.rank for w in assignment.for_node(node_id)))
         attempt_dir = private_dir(self.log_dir / f"attempt_{restarts}")
-        specs, contexts, store = self._worker_specs(result, assignment, restarts, attempt_dir)
+        workers = attempt_workers(
+            self.settings,
+            result,
+            assignment,
+            attempt=restarts,
+            attempt_dir=attempt_dir,
+            host=self.host,
+            pm=self.pm,
+            watchdog_env=self._kills.worker_env if self._kills is not None else None,
+        )
+        specs, contexts, store = workers.specs, workers.ranks, workers.store
         prefixes = {r: prefix_of(self.settings.line_prefix, self.host, w) for r, w in contexts.items()}
         logs = WorkerLogs(self.log_dir, restarts, host=self.host, tee=self.settings.tee, prefixes=prefixes)
         self.say(
@@ -462,10 +431,13 @@ class ElasticAgent:
             group.start(specs, head_start=head_start)
             if self._status is not None:
                 self._status.update()
+
+            def failure_of(ex: WorkerExit) -> WorkerFailure:
+                return self._failure(ex, contexts[ex.rank], logs, attempt_dir, restarts, node_id)
+
             if self._kills is not None:
-                self._kills.follow(
-                    group, lambda ex: self._failure(ex, contexts[ex.rank], logs, attempt_dir, restarts, node_id)
-                )
+                self._kills.follow(group, failure_of)
+            self._hangs.follow(group, result.round, attempt_dir, workers.progress, failure_of)
             if self.pm is not None:
                 self.pm.hook.rallypoint_agent_workers_started(group=group)
             poll = min(0.5, max(0.05, self.handler.timeouts.heartbeat_interval / 4))
@@ -496,6 +468,7 @@ class ElasticAgent:
             raise
         finally:
             self._group = None
+            self._hangs.close()
             if self._kills is not None:
                 self._kills.follow(None)
 
@@ -507,6 +480,7 @@ class ElasticAgent:
             failure = self.handler.failure  # this node lost the rendezvous: its workers were fenced
             if failure is not None:
                 raise failure
+            self._hangs.check()  # a few system calls; acts on a hang (#40)
             if ex is not None:
                 if not ex.ok:
                     return Outcome.FAILED, ex
@@ -538,7 +512,7 @@ class ElasticAgent:
         err = read_error_file(attempt_dir / f"rank_{ex.rank}.error.json")
         log_file = logs.log_path(ex.rank)
         reason, failed_at = ex.describe(), ex.exited_at
-        killed = self._kills.explain(ex) if self._kills is not None else None
+        killed = (self._kills.explain(ex) if self._kills is not None else None) or self._hangs.explain(ex)
         if killed is not None:  # its watchdog timer expired: it failed then, and the reason says so
             reason, failed_at = killed
         return WorkerFailure(

@@ -1,17 +1,26 @@
-"""Reading a worker's collective flight record (written by :mod:`rallypoint.agent.debug_hooks`)."""
+"""Reading a worker's collective flight record (written by :mod:`rallypoint.agent.debug_hooks`).
+
+:func:`read_flight` reads every record (for a report); :class:`FlightMark` reads only how far
+the record got (two reads of 8 bytes), for a check that runs every monitor interval.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import os
 import struct
 from pathlib import Path
 from typing import Any
 
-__all__ = ["read_flight"]
+__all__ = ["FlightMark", "read_flight"]
 
 # the layout of debug_hooks.py (which the agent does not import: it is the workers' file)
 _SLOT = struct.Struct("<qdd16s16s24sq6q")
 _HEADER = struct.Struct("<q")
 _HEADER_SIZE = 64
+#: Where a record's end time is, from the start of its slot (after ``seq`` and ``start``).
+_END_OFFSET = 16
+_END = struct.Struct("<d")
 
 
 def _text(raw: bytes) -> str:
@@ -54,3 +63,58 @@ def read_flight(path: Path) -> list[dict[str, Any]]:
             }
         )
     return records
+
+
+class FlightMark:
+    """How far one worker's flight record got: ``(records written, end time of the last one)``.
+
+    The pair changes when the worker starts a collective and when its last one completes (or
+    returns its work handle), so an unchanged pair means no collective progress. Each
+    :meth:`read` is two ``pread`` calls of 8 bytes on a descriptor kept open (the file is mapped
+    by the worker and may be re-created by a later round: the descriptor follows the inode, and a
+    short read is taken as "nothing yet"); no file is read whole.
+
+    Args:
+        path: the worker's ``rank_<R>.flight`` file (it may not exist yet).
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._fd: int | None = None
+        self._slots = 0
+
+    def _open(self) -> int | None:
+        if self._fd is not None:
+            return self._fd
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            return None
+        slots = (os.fstat(fd).st_size - _HEADER_SIZE) // _SLOT.size
+        if slots <= 0:  # created, not sized yet
+            os.close(fd)
+            return None
+        self._fd, self._slots = fd, slots
+        return fd
+
+    def read(self) -> tuple[int, float]:
+        """``(records written, end time of the last one)``; ``(0, 0.0)`` before the first."""
+        fd = self._open()
+        if fd is None:
+            return 0, 0.0
+        try:
+            head = os.pread(fd, _HEADER.size, 0)
+            (count,) = _HEADER.unpack(head) if len(head) == _HEADER.size else (0,)
+            if count <= 0:
+                return 0, 0.0
+            raw = os.pread(fd, _END.size, _HEADER_SIZE + ((count - 1) % self._slots) * _SLOT.size + _END_OFFSET)
+        except OSError:
+            return 0, 0.0
+        return count, _END.unpack(raw)[0] if len(raw) == _END.size else 0.0
+
+    def close(self) -> None:
+        """Close the descriptor (a later :meth:`read` opens the file again)."""
+        if self._fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._fd)
+            self._fd = None

@@ -27,6 +27,7 @@ from pydantic import BaseModel
 
 from rallypoint.agent import worker_main
 from rallypoint.agent.config import MAX_NPROC_PER_NODE, AgentSection, JobSection, NodesSection
+from rallypoint.agent.debug_config import DebugSection
 from rallypoint.agent.env import ROLE_ENV
 from rallypoint.agent.launch import LaunchFacts, launch_settings
 from rallypoint.agent.logs import parse_tee
@@ -522,5 +523,6 @@ def plan_job(resolved: ResolvedConfig, facts: NodeFacts) -> JobPlan:
         ),
         preload_keep=agent.preload_keep,
         rendezvous_endpoint=rendezvous_endpoint(rendezvous),
+        hang_timeout=resolved.section(DebugSection).hang_timeout,
     )
     return JobPlan(node, settings, rendezvous, facts.launch)

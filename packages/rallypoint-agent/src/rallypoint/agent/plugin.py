@@ -37,10 +37,11 @@ def rallypoint_plugin_kinds() -> list[PluginKind[Any]]:
 
 @hookimpl
 def rallypoint_config_sections() -> Iterable[ConfigSection]:
-    """``[job]``, ``[nodes]``, ``[ranks]`` and ``[agent]``."""
+    """``[job]``, ``[nodes]``, ``[ranks]``, ``[agent]``, ``[launch]`` and ``[debug]``."""
     from rallypoint.agent.config import AGENT_SECTIONS
+    from rallypoint.agent.debug_config import DEBUG_SECTION
 
-    return AGENT_SECTIONS
+    return (*AGENT_SECTIONS, DEBUG_SECTION)
 
 
 @hookimpl

@@ -110,6 +110,8 @@ class AgentSettings:
             about half a second; the head start makes the first connection succeed.
         rendezvous_endpoint: where the rendezvous backend is, as messages name it (e.g.
             ``"'grpc' backend at 10.0.0.1:29400"``); ``None``: the backend's class.
+        hang_timeout: ``[debug] hang_timeout``: seconds without progress of this node's workers
+            before the agent gathers the hang report and fails the attempt; ``0``: never.
     """
 
     argv: Sequence[str]
@@ -140,6 +142,7 @@ class AgentSettings:
     preload_env: Mapping[str, str] | None = None  # the warm process's environment (the agent's when None)
     preload_keep: float = 0.0  # [agent] preload_keep: seconds the warm process outlives the agent
     rendezvous_endpoint: str | None = None
+    hang_timeout: float = 0.0
 
 
 @dataclass

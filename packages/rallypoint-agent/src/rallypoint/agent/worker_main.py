@@ -181,8 +181,8 @@ def run_main(kind: str, target: str, args: list[str]) -> NoReturn:
 
 
 def _install_debug_hooks() -> None:
-    """With ``RALLYPOINT_DEBUG_DIR``: stacks on request and the collective flight record (``debug_hooks.py``)."""
-    directory = os.environ.get("RALLYPOINT_DEBUG_DIR")
+    """With ``RALLYPOINT_WORKER_DEBUG_DIR``: stacks on request and the collective flight record (``debug_hooks.py``)."""
+    directory = os.environ.get("RALLYPOINT_WORKER_DEBUG_DIR")
     if not directory:
         return
     import importlib.util

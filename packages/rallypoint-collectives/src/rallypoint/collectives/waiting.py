@@ -29,6 +29,7 @@ import torch.distributed as _dist
 
 from rallypoint.collectives.broken import mark_broken
 from rallypoint.collectives.errors import CollectiveTimeout, format_ranks
+from rallypoint.collectives.hang_request import ANSWER_WAIT, ask_agent
 from rallypoint.collectives.state import PROBE, STATE, GroupInfo
 from rallypoint.collectives.timeouts import MIN_WAIT, Deadline, TimeoutEvent, TimeoutHandler, decide
 
@@ -352,11 +353,17 @@ def _expire(
     )  # fmt: skip
     try:
         extra = decide(event, on_timeout)
-    except BaseException:
+    except BaseException as exc:
+        if isinstance(exc, SystemExit):  # the handler ends the process: the agent reports the hang first
+            ask_agent(err, wait=0.0 if peer is not None else ANSWER_WAIT)
         _broken(info)
         raise
     if extra is not None:
         return extra
+    # before the group is given up: the other ranks still wait, as the report shows (#40). A Gloo
+    # point-to-point wait closed the connection to its peer as it expired: the peer fails at once,
+    # so this rank does not wait for the report (its failure must come first, not the peer's)
+    ask_agent(err, wait=0.0 if peer is not None else ANSWER_WAIT)
     _broken(info)
     if dl is not None:
         dl.record(_label(err.op, info, peer), elapsed, True)

@@ -23,7 +23,10 @@ Every value is JSON (never pickled) and carries only what the protocol in
 * ``debug/reply/<request>/<node>``: a node's answer to that request (its workers' stacks,
   flight records and process states);
 * ``debug/hang/<request>``: the report an agent that saw a hang made of the answers to its
-  request (every node writes it next to its ``failure.json``).
+  request (every node writes it next to its ``failure.json``);
+* ``debug/hang-claim/<r>``: the node that gathers the hang report of round ``r`` when an agent
+  sees no progress (``[debug] hang_timeout``) or a worker's ``CollectiveTimeout`` (the first to
+  claim it; it adds the diagnosis line once it has it, for the others).
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ __all__ = [
     "Member",
     "NodeInfo",
     "count_key",
+    "debug_hang_claim_key",
     "debug_hang_key",
     "debug_reply_key",
     "debug_reply_prefix",
@@ -78,6 +82,11 @@ def debug_reply_prefix(request_id: str) -> str:
 def debug_hang_key(request_id: str) -> str:
     """Key of the hang report made from the answers to the debug request ``request_id``."""
     return f"debug/hang/{request_id}"
+
+
+def debug_hang_claim_key(round_: int) -> str:
+    """Key of the claim to gather round ``round_``'s hang report (see the module docstring)."""
+    return f"debug/hang-claim/{round_}"
 
 
 def debug_reply_key(request_id: str, node_id: str) -> str:

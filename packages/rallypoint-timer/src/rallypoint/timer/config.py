@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import Field
 
-from rallypoint.core.config import ConfigSection, PerWorker, ResolvedConfig, Section
+from rallypoint.core.config import ConfigSection, ProgressFile, ResolvedConfig, Section
 from rallypoint.timer.timeline import ENV_CONFIG, ENV_FILE
 
 __all__ = ["TIMER_SECTION", "TimerSection", "worker_env"]
@@ -42,7 +42,7 @@ def worker_env(resolved: ResolvedConfig, base: Path) -> dict[str, str]:
     section = resolved.section(TimerSection)
     env: dict[str, str] = {}
     if section.timeline:
-        env[ENV_FILE] = PerWorker("{attempt_dir}/timeline/rank_{rank}.jsonl")
+        env[ENV_FILE] = ProgressFile("{attempt_dir}/timeline/rank_{rank}.jsonl")
     if section.timeline_config:
         env[ENV_CONFIG] = str(base / section.timeline_config)
     return env

@@ -14,7 +14,7 @@ from rallypoint.core.config.files import file_problem, variable_problem
 from rallypoint.core.config.loader import LoadedConfig, load_job_config, parse_value
 from rallypoint.core.config.render import render_resolved, section_env
 from rallypoint.core.config.resolve import ResolvedConfig, Selection, resolve_config
-from rallypoint.core.config.sections import ConfigSection, JobSchema, PerWorker, Section, build_schema
+from rallypoint.core.config.sections import ConfigSection, JobSchema, PerWorker, ProgressFile, Section, build_schema
 
 __all__ = [
     "ConfigSection",
@@ -22,6 +22,7 @@ __all__ = [
     "JobSchema",
     "LoadedConfig",
     "PerWorker",
+    "ProgressFile",
     "PositiveDuration",
     "ResolvedConfig",
     "Section",

@@ -28,9 +28,11 @@ __all__ = ["ConfigSection", "JobSchema", "PerWorker", "Section", "build_schema",
 FIELDS_CTX = "rallypoint_fields"
 
 _NAME_RE = re.compile(r"^[a-z][a-z0-9]*$")
-#: Second words of core's own ``RALLYPOINT_*`` controls; a section with one of these names would
-#: read them as configuration.
-RESERVED_NAMES = frozenset({"disable", "debug"})
+#: Second words of core's own ``RALLYPOINT_*`` controls that take a key (``RALLYPOINT_DISABLE_PLUGINS``):
+#: a section with one of these names would read them as configuration. ``RALLYPOINT_DEBUG`` is no
+#: such word: the control is the bare variable, which names no key and so is never configuration,
+#: and the agent's ``[debug]`` section (hang forensics) owns ``RALLYPOINT_DEBUG_<KEY>``.
+RESERVED_NAMES = frozenset({"disable"})
 
 
 class Section(BaseModel):
@@ -82,6 +84,18 @@ class PerWorker(str):
         return self.format(rank=rank, local_rank=local_rank, attempt_dir=str(attempt_dir))
 
 
+class ProgressFile(PerWorker):
+    """A :class:`PerWorker` path that its worker appends to as it makes progress (a timeline).
+
+    The agent's hang watch (``[debug] hang_timeout``) counts the file's growth as progress, like
+    a collective that completes.
+
+    Example:
+        >>> ProgressFile("{attempt_dir}/events/rank_{rank}.jsonl").fill(rank=0, local_rank=0, attempt_dir="a")
+        'a/events/rank_0.jsonl'
+    """
+
+
 @dataclass(frozen=True)
 class ConfigSection:
     """One ``[section]`` of the job file, declared by the package that reads it.
@@ -102,7 +116,8 @@ class ConfigSection:
             ``{variable: value}``. Workers read these variables instead of the job file, so a
             value given by ``--set`` or ``RALLYPOINT_*`` reaches them like one from the file
             (:func:`~rallypoint.core.config.section_env` writes a whole section). A value that
-            differs per worker is a :class:`PerWorker` template.
+            differs per worker is a :class:`PerWorker` template (a :class:`ProgressFile` when the
+            worker's writes to it show progress).
         from_environment: what the environment a command runs in gives for keys the job left at
             their defaults (a scheduler's allocation: the number of nodes, the run id): called as
             ``from_environment(loaded, pm, environ)`` (the
