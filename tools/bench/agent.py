@@ -86,6 +86,7 @@ from tools.bench.harness import (
     format_ratio,
     format_report,
     ratio_line,
+    run_info,
     schedule,
     settings_from_args,
 )
@@ -856,7 +857,7 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(workdir, ignore_errors=True)
 
     if args.json:
-        data = {"title": "agent", "measures": {n: c.as_dict() for n, c in results.items()}}
+        data = {"title": "agent", "measures": {n: c.as_dict() for n, c in results.items()}, "run": run_info()}
         Path(args.json).write_text(json.dumps(data, indent=2) + "\n")
     print("summary: median rallypoint / median torch")
     print(f"{'id':<4}  {'rallypoint':>11}  {'torch':>11}  {'ratio':>8}  target")

@@ -32,10 +32,12 @@ harness does not disturb what it measures.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
 import re
+import shlex
 import shutil
 import statistics
 import subprocess
@@ -64,6 +66,7 @@ __all__ = [
     "parse_ratio_line",
     "ratio_line",
     "run_benchmark",
+    "run_info",
     "schedule",
     "settings_from_args",
 ]
@@ -475,6 +478,29 @@ def settings_from_args(args: argparse.Namespace) -> dict[str, int]:
     return {"rounds": args.rounds, "warmup": args.warmup, "number": getattr(args, "number", 1)}
 
 
+def run_info(argv: Sequence[str] | None = None) -> dict[str, str]:
+    """What a stored result must say about its run: ``date``, ``command`` and ``machine``.
+
+    The date is now (UTC, to the minute), the command this process's (``argv``, default
+    ``sys.argv``, the script's path relative to the working directory where it lies below it),
+    and the machine its CPU count and load averages as they are now (at the end of a run). Every
+    ``--json`` file of ``tools/bench`` carries it under ``"run"``: the same keys as a run in
+    ``docs/bench/*.json`` (:mod:`tools.bench.results`), which adds only where it was recorded.
+    """
+    args = list(sys.argv if argv is None else argv)
+    if args:
+        script = Path(args[0])
+        with contextlib.suppress(ValueError):
+            script = script.resolve().relative_to(Path.cwd())
+        args[0] = str(script)
+    load = os.getloadavg()
+    return {
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "command": shlex.join(["python", *args]),
+        "machine": f"{os.cpu_count()} CPUs, load average {load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f} at the end",
+    }
+
+
 def run_benchmark(
     args: argparse.Namespace,
     a: Side,
@@ -499,7 +525,7 @@ def run_benchmark(
 
     comparison = compare(a, b, labels=labels, progress=progress, **settings_from_args(args))
     if getattr(args, "json", None):
-        data = {"title": title, "details": list(details), **comparison.as_dict()}
+        data = {"title": title, "details": list(details), **comparison.as_dict(), "run": run_info()}
         Path(args.json).write_text(json.dumps(data, indent=2) + "\n")
     print(format_report(comparison, title=title, details=details), file=out, flush=True)
     return comparison

@@ -70,6 +70,7 @@ from tools.bench.harness import (
     format_ratio,
     format_report,
     ratio_line,
+    run_info,
     settings_from_args,
 )
 
@@ -436,6 +437,7 @@ def _etcd_main(args: Any, settings: dict[str, int]) -> int:
             "sizes": {
                 str(n): {"vs_etcd_v2": v2.as_dict(), "vs_c10d": c10d.as_dict()} for n, (v2, c10d) in results.items()
             },
+            "run": run_info(),
         }
         Path(args.json).write_text(json.dumps(data, indent=2) + "\n")
     print("summary: medians; ratio = rallypoint etcd / torch etcd-v2 (targets N=2 <= 0.05x, N=64 <= 0.15x)")
@@ -583,7 +585,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
     if args.json:
-        data = {"title": "rendezvous", "sizes": {str(n): c.as_dict() for n, c in results.items()}}
+        data = {"title": "rendezvous", "sizes": {str(n): c.as_dict() for n, c in results.items()}, "run": run_info()}
         Path(args.json).write_text(json.dumps(data, indent=2) + "\n")
     if args.floor:
         print(f"floor: rallypoint's side made {args.floor} bare read(s) per node and no rendezvous")

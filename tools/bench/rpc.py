@@ -59,6 +59,7 @@ from tools.bench.harness import (
     bench_parser,
     format_duration,
     format_ratio,
+    run_info,
     schedule,
 )
 from tools.bench.sides import SideProcesses, alone, free_port, join_group
@@ -217,7 +218,9 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         clean = all([side.close() for side in sides.values()])
     if args.json:
-        Path(args.json).write_text(json.dumps({"path": args.path, "ratios": ratios, "cases": results}) + "\n")
+        Path(args.json).write_text(
+            json.dumps({"path": args.path, "ratios": ratios, "cases": results, "run": run_info()}) + "\n"
+        )
     worst = max(ratios, key=lambda c: ratios[c])
     print(f"headline: the largest median ratio ({worst}), TensorPipe {args.path}")
     print(f"ratio {LABELS[0]}/{LABELS[1]}: {format_ratio(ratios[worst])}x")

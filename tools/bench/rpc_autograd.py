@@ -59,7 +59,15 @@ from typing import Any
 if __package__ in (None, ""):  # run as a script: make `tools.bench` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from tools.bench.harness import SMOKE_ROUNDS, SMOKE_WARMUP, BenchmarkError, bench_parser, format_duration, format_ratio
+from tools.bench.harness import (
+    SMOKE_ROUNDS,
+    SMOKE_WARMUP,
+    BenchmarkError,
+    bench_parser,
+    format_duration,
+    format_ratio,
+    run_info,
+)
 from tools.bench.harness import schedule as alternate
 from tools.bench.sides import SideProcesses, alone, free_port, join_group
 
@@ -259,7 +267,10 @@ def main(argv: list[str] | None = None) -> int:
         clean = all([side.close() for side in sides.values()])
     if args.json:
         Path(args.json).write_text(
-            json.dumps({"path": args.path, "threads": args.threads, "ratios": ratios, "seconds": times}) + "\n"
+            json.dumps(
+                {"path": args.path, "threads": args.threads, "ratios": ratios, "seconds": times, "run": run_info()}
+            )
+            + "\n"
         )
     worst = max(ratios, key=lambda f: ratios[f])
     print(f"headline: the larger median ratio ({worst}), TensorPipe {args.path}")

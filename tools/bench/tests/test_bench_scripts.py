@@ -3,6 +3,7 @@ sides prints its tables and ends with the rallypoint/torch ratio line."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -87,3 +88,16 @@ def test_a_rendezvous_floor_run_makes_no_rendezvous_and_gives_no_verdict() -> No
     assert "A floor:      grpc backend, 2 bare read(s) per node, no rendezvous" in proc.stdout
     assert "floor: rallypoint's side made 2 bare read(s) per node and no rendezvous" in proc.stdout
     assert "met" not in proc.stdout.split("summary:")[1]  # a floor is no rendezvous: no target verdict
+
+
+@pytest.mark.slow
+def test_a_json_file_names_its_run_as_the_stored_results_do(tmp_path: Path) -> None:
+    out = tmp_path / "rdzv.json"
+    proc = run("rendezvous.py", "--smoke", "--sizes", "2", "--json", str(out), timeout=40)
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(out.read_text())
+    assert data["sizes"]["2"]["labels"] == ["rallypoint", "torch"]
+    run_ = data["run"]  # the keys of a run in docs/bench/*.json, less where it was recorded
+    assert "rendezvous.py --smoke --sizes 2 --json" in run_["command"]
+    assert run_["date"].endswith(" UTC")
+    assert "load average" in run_["machine"]

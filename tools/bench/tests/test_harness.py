@@ -6,6 +6,7 @@ import argparse
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -23,6 +24,7 @@ from tools.bench.harness import (
     parse_ratio_line,
     ratio_line,
     run_benchmark,
+    run_info,
     schedule,
     settings_from_args,
 )
@@ -227,6 +229,17 @@ def test_run_benchmark_prints_report_last_and_writes_json(tmp_path):
     assert data["warmup"] == 1
     assert len(data["sides"]["x"]["samples"]) == 2
     assert data["ratio"] == result.ratio
+    assert set(data["run"]) == {"date", "command", "machine"}  # what docs/bench/*.json needs of a run
+
+
+def test_run_info_names_the_command_date_and_load(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    script = tmp_path / "tools" / "bench" / "demo.py"
+    info = run_info([str(script), "--rounds", "3", "--sizes", "2,8"])
+    assert info["command"] == "python tools/bench/demo.py --rounds 3 --sizes 2,8"
+    assert re.fullmatch(r"20\d\d-\d\d-\d\d \d\d:\d\d UTC", info["date"])
+    assert re.fullmatch(r"\d+ CPUs, load average [\d.]+ / [\d.]+ / [\d.]+ at the end", info["machine"])
+    assert run_info(["/elsewhere/x.py", "a b"])["command"] == "python /elsewhere/x.py 'a b'"
 
 
 def test_parser_defaults_and_overrides():
