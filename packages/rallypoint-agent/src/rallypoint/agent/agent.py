@@ -390,6 +390,22 @@ class ElasticAgent:
         settings = self.settings
         return compute_assignment(settings.strategy, nodes, settings.strategy_options, name=settings.strategy_name)
 
+    def _announce_attempt(
+        self, result: RendezvousResult, assignment: RankAssignment, ranks: list[int], store: str, restarts: int
+    ) -> None:
+        """Tell the console what this attempt runs, and warn once when ``tee`` selects no rank."""
+        self.say(
+            f"round {result.round}, attempt {restarts}: {result.num_nodes} node(s), {assignment.world_size} "
+            f"worker(s); group rank {result.group_rank} runs ranks {ranks}; store {store}"
+        )
+        tee = self.settings.tee
+        if restarts == 0 and isinstance(tee, tuple) and not any(tee_selects(tee, w.rank) for w in assignment):
+            self.say(
+                f"tee {list(tee)} selects no rank of this job (ranks 0..{assignment.world_size - 1}): "
+                "no worker output reaches the console; the log files under "
+                f"{self.log_dir} have all of it"
+            )
+
     def _run_attempt(
         self, result: RendezvousResult, assignment: RankAssignment, restarts: int
     ) -> tuple[Outcome, list[WorkerFailure]]:
@@ -410,17 +426,7 @@ class ElasticAgent:
         specs, contexts, store = workers.specs, workers.ranks, workers.store
         prefixes = {r: prefix_of(self.settings.line_prefix, self.host, w) for r, w in contexts.items()}
         logs = WorkerLogs(self.log_dir, restarts, host=self.host, tee=self.settings.tee, prefixes=prefixes)
-        self.say(
-            f"round {result.round}, attempt {restarts}: {result.num_nodes} node(s), {assignment.world_size} "
-            f"worker(s); group rank {result.group_rank} runs ranks {sorted(contexts)}; store {store}"
-        )
-        tee = self.settings.tee
-        if restarts == 0 and isinstance(tee, tuple) and not any(tee_selects(tee, w.rank) for w in assignment):
-            self.say(
-                f"tee {list(tee)} selects no rank of this job (ranks 0..{assignment.world_size - 1}): "
-                "no worker output reaches the console; the log files under "
-                f"{self.log_dir} have all of it"
-            )
+        self._announce_attempt(result, assignment, sorted(contexts), store, restarts)
         group = WorkerGroup(logs=logs, warm=self._warm)
         self._group = group
         self._debug.follow(group, {rank: w.local_rank for rank, w in contexts.items()}, attempt_dir / "debug")
@@ -451,7 +457,7 @@ class ElasticAgent:
                 for ex in sorted(exits.values(), key=lambda e: e.exited_at):
                     if ex.ok or (ex is not bad and ex.exited_at >= stop_time):
                         continue  # stopped by us, not a failure of its own
-                    failures.append(self._failure(ex, contexts[ex.rank], logs, attempt_dir, restarts, node_id))
+                    failures.append(failure_of(ex))
                 if self.pm is not None:
                     for f in failures:
                         self.pm.hook.rallypoint_agent_worker_failed(failure=f)

@@ -444,6 +444,31 @@ def _torchrun_worker_env(agent: AgentSection) -> tuple[dict[str, str], dict[str,
     return {"TORCHELASTIC_SIGNALS_TO_HANDLE": agent.signals_to_handle}, role
 
 
+def _worker_command(
+    resolved: ResolvedConfig, facts: NodeFacts, job: JobSection, agent: AgentSection, launch_env: Mapping[str, str]
+) -> tuple[list[str], dict[str, str]]:
+    """What each worker runs (its command line) and the environment every worker shares.
+
+    The launch environment's variables come after torchrun's signal list and before what the
+    job's sections declare; the role comes last, as the rendezvous checks it.
+
+    Raises:
+        ConfigError: a missing script, or ``agent.preload`` with a command it cannot preload.
+    """
+    argv = worker_argv(
+        job,
+        script_from_cli=facts.script_from_cli,
+        base=facts.job_file.parent if facts.job_file is not None else facts.cwd,
+        cwd=facts.cwd,
+        executable=facts.executable,
+        source=resolved.loaded.source_of("job.entrypoint"),
+    )
+    if agent.preload and (problem := preload_problem(argv)):
+        raise _issue(resolved.loaded.source_of("agent.preload"), "agent.preload", problem)
+    signals_env, role_env = _torchrun_worker_env(agent)
+    return argv, {**signals_env, **launch_env, **_worker_env(resolved, facts, job), **role_env}
+
+
 def plan_job(resolved: ResolvedConfig, facts: NodeFacts) -> JobPlan:
     """Plan this node's run of a resolved job. Pure: the same inputs give the same plan.
 
@@ -482,18 +507,7 @@ def plan_job(resolved: ResolvedConfig, facts: NodeFacts) -> JobPlan:
     )
     strategy, strategy_name, strategy_options = _rank_strategy(resolved)
     watchdog, watchdog_options = _selected(resolved, "timer.watchdog")
-    argv = worker_argv(
-        job,
-        script_from_cli=facts.script_from_cli,
-        base=facts.job_file.parent if facts.job_file is not None else facts.cwd,
-        cwd=facts.cwd,
-        executable=facts.executable,
-        source=resolved.loaded.source_of("job.entrypoint"),
-    )
-    if agent.preload and (problem := preload_problem(argv)):
-        raise _issue(resolved.loaded.source_of("agent.preload"), "agent.preload", problem)
-    signals_env, role_env = _torchrun_worker_env(agent)
-    worker_env = {**signals_env, **launch.worker_env, **_worker_env(resolved, facts, job), **role_env}
+    argv, worker_env = _worker_command(resolved, facts, job, agent, launch.worker_env)
     settings = AgentSettings(
         argv=argv,
         run_id=rendezvous.run_id,
