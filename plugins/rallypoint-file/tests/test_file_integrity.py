@@ -102,6 +102,26 @@ def test_a_deleted_run_directory_fails_writes_at_once_and_reads_soon(tmp_path: P
     assert "was deleted" in str(error)
 
 
+def test_a_broken_run_directory_fails_every_later_call_not_only_the_one_that_found_it(
+    tmp_path: Path, immutable: Callable[[Path], None]
+) -> None:
+    # The check runs at most once per CHECK_INTERVAL, shared by the node's threads. A thread that
+    # swallows the error it gets (a service that retries, say) must not leave the others believing
+    # the run directory is fine until the next check: the verdict is for good.
+    backend = FileBackend(tmp_path, "job")
+    backend.set("hb/node", 1)
+    time.sleep(CHECK_INTERVAL)  # the next call checks
+    immutable(tmp_path / "job")
+    with pytest.raises(RendezvousStateError, match="can no longer be written"):
+        backend.get("debug/request")  # found by a thread that ignores it
+    started = time.monotonic()
+    with pytest.raises(RendezvousStateError, match="can no longer be written"):
+        backend.set("hb/node", 2)  # the heartbeat, right after
+    assert time.monotonic() - started < CHECK_INTERVAL
+    with pytest.raises(RendezvousStateError, match="can no longer be written"):
+        backend.watch("round/header", version=None, timeout=5)
+
+
 def test_a_replaced_run_directory_is_noticed(tmp_path: Path) -> None:
     backend = FileBackend(tmp_path, "job")
     backend.set("round/header", {"round": 3})

@@ -110,6 +110,8 @@ class FileBackend:
         #: The highest revision this client wrote or read: the counter may never fall below it.
         self._max_rev = 0
         self._next_check = 0.0
+        #: what a check found wrong with the run directory: raised again by every later call
+        self._broken: RendezvousStateError | None = None
         self._nonce: bytes | None = None
         if read_only:
             self._open_existing()
@@ -197,7 +199,9 @@ class FileBackend:
         )
 
     def _verify(self) -> None:
-        """At most once per :data:`CHECK_INTERVAL`: :meth:`check_intact`."""
+        """At most once per :data:`CHECK_INTERVAL`: :meth:`check_intact` (a verdict found is final)."""
+        if self._broken is not None:
+            raise self._broken
         now = time.monotonic()
         if now >= self._next_check:
             self._next_check = now + CHECK_INTERVAL
@@ -206,11 +210,24 @@ class FileBackend:
     def check_intact(self) -> None:
         """Check that the run directory is the one this backend opened, writable and uncorrupted.
 
+        The node's threads share the check (it runs at most once per :data:`CHECK_INTERVAL`), so
+        what it finds is kept: every later call of this backend raises it again, whichever
+        thread made the check and whatever that thread did with the error.
+
         Raises:
             RendezvousStateError: it was deleted or replaced, the revision counter is corrupt or
                 went back, or it can no longer be written (made read-only or immutable). Each is
                 for good, not an outage to ride out: the node stops at once.
         """
+        if self._broken is not None:
+            raise self._broken
+        try:
+            self._check_intact()
+        except RendezvousStateError as exc:
+            self._broken = exc
+            raise
+
+    def _check_intact(self) -> None:
         try:
             fd = os.open(self._lock_file, os.O_RDONLY | os.O_NOFOLLOW)
         except FileNotFoundError:
