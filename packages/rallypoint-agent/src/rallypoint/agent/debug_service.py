@@ -55,11 +55,13 @@ class DebugService:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._serve, name="rallypoint-debug", daemon=True)
         self._answered: str | None = None
+        #: when :meth:`start` was called (wall clock, as requests are dated): older requests are not answered
+        self._started = float("inf")
         #: The agent's own stacks file while registered: the open file, its path, its header's size.
         self._stacks: tuple[TextIO, Path, int] | None = None
 
     def start(self, log_dir: Path | None = None) -> None:
-        """Start answering in a thread (a request older than its first read of the key space is not answered).
+        """Start answering in a thread (a request dated before this call is not answered).
 
         Nothing here touches the backend: the agent's first contact with the rendezvous is its join,
         which waits for a server that starts later and says so (a read here blocked for the
@@ -71,6 +73,7 @@ class DebugService:
         """
         if log_dir is not None:
             self._own_stacks(log_dir / f"agent_{self.node_id}.stacks")
+        self._started = time.time()
         self._thread.start()
 
     def _own_stacks(self, path: Path) -> None:
@@ -177,7 +180,7 @@ class DebugService:
                 if entry is not None:
                     version = entry.version
                     rid = str(entry.value.get("id")) if isinstance(entry.value, dict) else None
-                    if first:  # asked before this agent started: not for it
+                    if first and _dated_before(entry.value, self._started):  # asked before this agent started
                         self._answered = rid
                     elif rid and rid != self._answered:
                         self._answered = rid
@@ -189,6 +192,12 @@ class DebugService:
             except Exception as exc:  # noqa: BLE001 - the backend may be away for a while: retry
                 log.debug("debug service: %s", exc)
                 self._stop.wait(1.0)
+
+
+def _dated_before(value: Any, moment: float) -> bool:
+    """Whether request ``value`` was made before ``moment`` (an undated request counts as old)."""
+    when = value.get("time") if isinstance(value, dict) else None
+    return not isinstance(when, int | float) or when < moment
 
 
 def request(backend: RendezvousBackend, by: str, *, hang_of: str | None = None) -> str:
