@@ -22,8 +22,10 @@ from test_rdzv_outage_multihost import start_etcd
 
 #: Rendezvous heartbeats (DdpJob's): dead after 2 s without one.
 HEARTBEAT_TIMEOUT = 2.0
-#: A collective gives up after 8 s: a worker left running on a cut-off host fails on its own by then.
-TRAIN = ("--steps", "60", "--global-batch", "12", "--ckpt-every", "5", "--step-time", "0.3", "--pg-timeout", "8")
+#: A collective gives up after 20 s, not torch's 30 min: a worker that nobody stopped fails the job
+#: within the test. Not shorter: on a loaded machine the three workers of a regrown round reached
+#: DDP's first collective more than 8 s apart (the earlier figure), and the job failed on that.
+TRAIN = ("--steps", "60", "--global-batch", "12", "--ckpt-every", "5", "--step-time", "0.3", "--pg-timeout", "20")
 FENCED = "fencing: this node's heartbeat has not reached the rendezvous"
 # a node whose workers already died (a fenced peer closed their Gloo pairs) has none to fence and says so
 LOST = "lost the rendezvous for"
@@ -62,7 +64,7 @@ def test_a_host_cut_off_fences_itself_and_its_return_never_fails_the_job(hosts, 
     # within heartbeat_timeout of its last heartbeat (at most one interval before the cut), plus the poll
     assert fence_s <= HEARTBEAT_TIMEOUT + 1.0, f"fenced {fence_s:.1f}s after the cut:\n{victim.output()}"
     during = "".join(line for t, line in victim.lines if cut_at <= t <= healed_at)
-    assert "Timed out waiting" not in during, during  # its old worker was stopped before it could fail
+    assert "Timed out waiting" not in during, during  # its old worker was stopped, it did not fail
     assert "restarting the job" not in job.outputs()
     assert "job failed" not in job.outputs()
     others = [p for p in job.progress() if cut_at < p["t"] < healed_at]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import time
 from pathlib import Path
 from typing import Any
 
@@ -31,10 +33,23 @@ def test_close_kills_running_jobs_and_removes_the_folder(slurm: Any, tmp_path: P
     script.write_text("#!/bin/sh\nsleep 300\n")
     job = cluster.sbatch(script, f"--output={tmp_path / 'out'}")
     cluster.wait_state(job, ["RUNNING"], timeout=20)
-    sleepers = [pid for pid in cluster.nodes[0].pids() if Path(f"/proc/{pid}/comm").read_text().strip() == "sleep"]
+    # RUNNING is slurmctld's word: the batch script may not have started its sleep yet
+    deadline = time.monotonic() + 20
+    while not (sleepers := _processes_named(cluster.nodes[0], "sleep")) and time.monotonic() < deadline:
+        time.sleep(0.1)
     assert sleepers, "the job's sleep is not running on node1"
     root = cluster.root
     killed = cluster.close()
     assert set(sleepers) <= killed
     assert not any(netns.process_alive(pid) for pid in sleepers)
     assert not root.exists()
+
+
+def _processes_named(host: Any, name: str) -> list[int]:
+    """The pids of ``host``'s processes whose command name is ``name`` (those gone meanwhile skipped)."""
+    found = []
+    for pid in host.pids():
+        with contextlib.suppress(FileNotFoundError, ProcessLookupError):
+            if Path(f"/proc/{pid}/comm").read_text().strip() == name:
+                found.append(pid)
+    return found
