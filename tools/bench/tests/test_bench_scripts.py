@@ -59,7 +59,7 @@ def test_bad_arguments_exit_2(script: str, args: list[str], option: str) -> None
     ("script", "args", "expected", "timeout"),
     [
         ("cli_startup.py", [], ["rallypoint --help", "torchrun --help"], 240),
-        ("agent.py", ["--only", "p1"], ["P1 agent: whole command", "rallypoint --version", "headline (P1)"], 90),
+        ("agent.py", ["--only", "p1"], ["P1 agent: whole command", "rallypoint --version", "headline (P1)"], 180),
         ("rendezvous.py", ["--sizes", "2"], ["rendezvous N=2", "headline at N=2"], 40),
         (
             "timer.py",
