@@ -137,7 +137,10 @@ class SlurmDdpJob:
                 raise AssertionError(f"not requeued ({self.cluster.job(self.job_id)}):\n{self.output()[-4000:]}")
             time.sleep(0.1)
         self.cluster.wait_state(self.job_id, ["PENDING"], timeout=30)
-        # a requeued job waits for its begin time (about two minutes); start it now
+        # a requeued job waits for its begin time (about two minutes), which also leaves the nodes
+        # time to finish the previous run (its batch script, which may have requeued it, included);
+        # start it now, but only on nodes done with it: else its batch step fails at once (exit 1)
+        self.wait_nodes_idle()
         self.cluster.client(["scontrol", "update", f"job={self.job_id}", "StartTime=now"])
 
     def resumed(self, restart: int, nodes: int = 3, timeout: float = 90) -> list[dict[str, Any]]:
@@ -150,3 +153,12 @@ class SlurmDdpJob:
                 )
             time.sleep(0.1)
         return starts
+
+    def wait_nodes_idle(self, timeout: float = 30) -> None:
+        """Wait until every compute node is idle: no job, and nothing of one left to finish."""
+        idle = ["idle"] * len(self.cluster.nodes)
+        deadline = time.monotonic() + timeout
+        while (states := self.cluster.client(["sinfo", "-h", "-N", "-o", "%t"], check=False).stdout.split()) != idle:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"the nodes are still {states} after {timeout:g} s")
+            time.sleep(0.1)
