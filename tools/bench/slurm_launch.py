@@ -28,6 +28,9 @@ wrapped in ``sh -c`` that writes the time and ``exec``\\s the launcher), the lau
 rendezvous and worker spawn: to the last worker's first line), ``import torch``, the process
 group (``init_process_group("gloo")``), and the first step.
 
+``--preload`` adds ``[agent] preload = ["torch"]`` to rallypoint's job file (still no flag): one
+warm process per node imports torch while the rendezvous runs and forks the workers.
+
 Needs root and the Slurm packages (``apt-get install -y slurmctld slurmd slurm-client munge``).
 Each sample is a whole cluster job, so ``--smoke`` runs one round and no warm-up.
 
@@ -43,6 +46,7 @@ import shlex
 import shutil
 import signal
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -125,12 +129,13 @@ PHASES = (
 )
 
 
-def batch_scripts(workdir: Path, nodes: int, nproc: int) -> dict[str, Path]:
+def batch_scripts(workdir: Path, nodes: int, nproc: int, *, preload: bool = False) -> dict[str, Path]:
     """Write the training script, the job file and both sides' batch scripts; their paths by side."""
     train = workdir / "train.py"
     train.write_text(TRAIN)
     job = workdir / "job.toml"
-    job.write_text(f'[job]\nentrypoint = "{train}"\n\n[nodes]\nnproc_per_node = {nproc}\n')
+    warm = '\n[agent]\npreload = ["torch"]\n' if preload else ""
+    job.write_text(f'[job]\nentrypoint = "{train}"\n\n[nodes]\nnproc_per_node = {nproc}\n{warm}')
     head = [
         "#!/bin/bash",
         f"#SBATCH --nodes={nodes}",
@@ -188,7 +193,7 @@ class SlurmSide:
         submitted = time.time()
         job_id = self.cluster.sbatch(self.script, f"--chdir={self.workdir}", env={"BENCH_OUT": str(out)})
         records = self._records(out, job_id)
-        state = self.cluster.wait_state(job_id, ENDED, timeout=JOB_TIMEOUT)
+        state = self._wait_end(job_id)
         if state != "COMPLETED":  # after every worker's first step: the sample stands, the failure is reported
             lines = [line for line in self._output(job_id).splitlines() if "Error" in line or "error" in line]
             self.failed.append(f"job {job_id} {state}: {lines[0] if lines else '(no error line)'}")
@@ -212,7 +217,7 @@ class SlurmSide:
                 raise BenchmarkError(f"{self.label}'s workers did not all step in {JOB_TIMEOUT:g} s")
             if time.monotonic() - asked > 1.0:  # the job's state once a second: scontrol costs CPU
                 asked = time.monotonic()
-                state = self.cluster.job(job_id).get("JobState", "")
+                state = self._state(job_id)
                 if state in ENDED and len(list(out.glob("rank*.json"))) < self.workers:
                     raise BenchmarkError(f"{self.label}'s job {job_id} ended {state}:\n{self._output(job_id)}")
             time.sleep(0.05)
@@ -223,11 +228,29 @@ class SlurmSide:
             raise BenchmarkError(f"{self.label}: world sizes {worlds}, hosts {hosts}: not one job on every node")
         return records
 
+    def _state(self, job_id: int) -> str:
+        """The job's state; ``""`` when the controller did not answer in time (a loaded machine: asked again)."""
+        try:
+            return self.cluster.job(job_id).get("JobState", "")
+        except subprocess.TimeoutExpired:
+            return ""
+
+    def _wait_end(self, job_id: int) -> str:
+        deadline = time.monotonic() + JOB_TIMEOUT
+        while (state := self._state(job_id)) not in ENDED:
+            if time.monotonic() > deadline:
+                raise BenchmarkError(f"{self.label}'s job {job_id} still {state or 'unknown'} after {JOB_TIMEOUT:g} s")
+            time.sleep(0.2)
+        return state
+
     def _wait_idle(self, timeout: float = 60) -> None:
         """Wait until every node is idle again (untimed): the next job then starts as this one did."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            out = self.cluster.client(["sinfo", "-h", "-N", "-o", "%t"], check=False)
+            try:
+                out = self.cluster.client(["sinfo", "-h", "-N", "-o", "%t"], check=False)
+            except subprocess.TimeoutExpired:
+                continue
             if out.returncode == 0 and set(out.stdout.split()) == {"idle"}:
                 return
             time.sleep(0.1)
@@ -269,7 +292,7 @@ def breakdown(sides: Sequence[SlurmSide]) -> list[str]:
 
 def measure(args: argparse.Namespace, cluster: Any, workdir: Path) -> tuple[Comparison, list[SlurmSide]]:
     """Both sides, alternating, with the command line's settings."""
-    scripts = batch_scripts(workdir, args.nodes, args.nproc_per_node)
+    scripts = batch_scripts(workdir, args.nodes, args.nproc_per_node, preload=args.preload)
     clock = VirtualClock()
     workers = args.nodes * args.nproc_per_node
     sides = [SlurmSide(label, cluster, scripts[label], workdir, workers, clock) for label in LABELS]
@@ -294,6 +317,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = bench_parser(__doc__, rounds=5, warmup=1)
     parser.add_argument("--nodes", type=int, default=3, help="compute hosts, and nodes of each job (default 3)")
     parser.add_argument("--nproc-per-node", type=int, default=1, metavar="N", help="workers per node (default 1)")
+    parser.add_argument(
+        "--preload",
+        action="store_true",
+        help='rallypoint\'s job file also says [agent] preload = ["torch"] (warm workers; still no flag)',
+    )
     args = parser.parse_args(argv)
     if args.number != 1:
         parser.error("--number makes no sense here: every sample is one whole Slurm job")
@@ -318,7 +346,8 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(workdir, ignore_errors=True)
     title = f"slurm_launch: sbatch to the first training step on every node of a {args.nodes}-node job"
     details = [
-        f"A rallypoint: srun rallypoint run job.toml (no rendezvous flag; {args.nproc_per_node} worker(s) per node)",
+        f"A rallypoint: srun rallypoint run job.toml (no rendezvous flag; {args.nproc_per_node} worker(s) per node"
+        + (", [agent] preload = ['torch'])" if args.preload else ")"),
         f"B torch:      srun torchrun --nnodes {args.nodes} --nproc-per-node {args.nproc_per_node} --local-addr ADDR "
         f"--rdzv-backend c10d --rdzv-endpoint $head:{TORCH_PORT} --rdzv-id $SLURM_JOB_ID train.py "
         "(GLOO_SOCKET_IFNAME=eth0)",
