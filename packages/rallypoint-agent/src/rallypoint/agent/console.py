@@ -236,8 +236,9 @@ class ConsoleLane:
                 self._dropped = {k: n for k, n in self._dropped.items() if id(k[0]) not in self._gone}
                 if self._items or self._dropped:
                     break
-                self._busy = False
-                _cond.notify_all()
+                if self._busy:  # say so once (pending() waiters): the other lane's writer waits on _cond too,
+                    self._busy = False  # and waking it on every turn made the two wake each other for good
+                    _cond.notify_all()
                 _cond.wait()
             self._busy, self._interrupt = True, False
             if not self._items:
