@@ -28,8 +28,9 @@ wrapped in ``sh -c`` that writes the time and ``exec``\\s the launcher), the lau
 rendezvous and worker spawn: to the last worker's first line), ``import torch``, the process
 group (``init_process_group("gloo")``), and the first step.
 
-``--preload`` adds ``[agent] preload = ["torch"]`` to rallypoint's job file (still no flag): one
-warm process per node imports torch while the rendezvous runs and forks the workers.
+``--preload torch,torch._dynamo`` adds ``[agent] preload = [...]`` to rallypoint's job file (still
+no flag): one warm process per node imports them while the rendezvous runs and forks the workers
+(DDP's constructor imports ``torch._dynamo``, and with it sympy: seconds on a loaded machine).
 
 Needs root and the Slurm packages (``apt-get install -y slurmctld slurmd slurm-client munge``).
 Each sample is a whole cluster job, so ``--smoke`` runs one round and no warm-up.
@@ -129,12 +130,12 @@ PHASES = (
 )
 
 
-def batch_scripts(workdir: Path, nodes: int, nproc: int, *, preload: bool = False) -> dict[str, Path]:
+def batch_scripts(workdir: Path, nodes: int, nproc: int, *, preload: Sequence[str] = ()) -> dict[str, Path]:
     """Write the training script, the job file and both sides' batch scripts; their paths by side."""
     train = workdir / "train.py"
     train.write_text(TRAIN)
     job = workdir / "job.toml"
-    warm = '\n[agent]\npreload = ["torch"]\n' if preload else ""
+    warm = f"\n[agent]\npreload = {json.dumps(list(preload))}\n" if preload else ""
     job.write_text(f'[job]\nentrypoint = "{train}"\n\n[nodes]\nnproc_per_node = {nproc}\n{warm}')
     head = [
         "#!/bin/bash",
@@ -319,8 +320,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nproc-per-node", type=int, default=1, metavar="N", help="workers per node (default 1)")
     parser.add_argument(
         "--preload",
-        action="store_true",
-        help='rallypoint\'s job file also says [agent] preload = ["torch"] (warm workers; still no flag)',
+        type=lambda text: [m for m in text.split(",") if m],
+        default=[],
+        metavar="MODULES",
+        help="rallypoint's job file also says [agent] preload = MODULES (comma-separated; warm workers; "
+        "still no flag), e.g. torch,torch._dynamo",
     )
     args = parser.parse_args(argv)
     if args.number != 1:
@@ -347,7 +351,7 @@ def main(argv: list[str] | None = None) -> int:
     title = f"slurm_launch: sbatch to the first training step on every node of a {args.nodes}-node job"
     details = [
         f"A rallypoint: srun rallypoint run job.toml (no rendezvous flag; {args.nproc_per_node} worker(s) per node"
-        + (", [agent] preload = ['torch'])" if args.preload else ")"),
+        + (f", [agent] preload = {args.preload})" if args.preload else ")"),
         f"B torch:      srun torchrun --nnodes {args.nodes} --nproc-per-node {args.nproc_per_node} --local-addr ADDR "
         f"--rdzv-backend c10d --rdzv-endpoint $head:{TORCH_PORT} --rdzv-id $SLURM_JOB_ID train.py "
         "(GLOO_SOCKET_IFNAME=eth0)",
