@@ -80,6 +80,8 @@ TARGET = 0.6
 JOB_TIMEOUT = 300.0
 TORCH_PORT = 29500
 ENDED = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL")
+#: Seconds a job may run on after every worker stepped before it is cancelled (the sample stands).
+AFTER_STEP = 60.0
 
 #: The training script of both sides: timestamps of its phases, one JSON file per rank.
 TRAIN = """\
@@ -193,8 +195,13 @@ class SlurmSide:
         out.mkdir()
         submitted = time.time()
         job_id = self.cluster.sbatch(self.script, f"--chdir={self.workdir}", env={"BENCH_OUT": str(out)})
+        (out / "submitted").write_text(f"{submitted}\n")
         records = self._records(out, job_id)
-        state = self._wait_end(job_id)
+        state = self._wait_end(job_id, AFTER_STEP)
+        if state not in ENDED:  # stepped, then hung (torchrun's agents, a Gloo teardown): the sample stands
+            self.cluster.client(["scancel", str(job_id)], check=False)
+            state = f"still {state or 'unknown'} {AFTER_STEP:g} s after every worker's first step, cancelled"
+            self._wait_end(job_id, JOB_TIMEOUT)
         if state != "COMPLETED":  # after every worker's first step: the sample stands, the failure is reported
             lines = [line for line in self._output(job_id).splitlines() if "Error" in line or "error" in line]
             self.failed.append(f"job {job_id} {state}: {lines[0] if lines else '(no error line)'}")
@@ -236,11 +243,10 @@ class SlurmSide:
         except subprocess.TimeoutExpired:
             return ""
 
-    def _wait_end(self, job_id: int) -> str:
-        deadline = time.monotonic() + JOB_TIMEOUT
-        while (state := self._state(job_id)) not in ENDED:
-            if time.monotonic() > deadline:
-                raise BenchmarkError(f"{self.label}'s job {job_id} still {state or 'unknown'} after {JOB_TIMEOUT:g} s")
+    def _wait_end(self, job_id: int, timeout: float) -> str:
+        """The job's state once it ended, or its last state after ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        while (state := self._state(job_id)) not in ENDED and time.monotonic() < deadline:
             time.sleep(0.2)
         return state
 
