@@ -19,7 +19,8 @@ import pytest
 from tools.bench import page
 from tools.bench.results import RESULTS_DIR, ResultsError, load_all, load_family, parse_figure, target_met
 
-FAMILIES = {"rendezvous", "agent", "warm_workers", "collectives", "rpc", "autograd", "faults", "grpc_server_scale"}
+FAMILIES = {"rendezvous", "agent", "warm_workers", "slurm", "collectives", "rpc", "autograd", "faults"}
+FAMILIES |= {"grpc_server_scale"}
 
 
 def test_the_page_and_its_charts_are_what_the_stored_results_give() -> None:
