@@ -149,7 +149,8 @@ class SlurmDdpJob:
         while len(starts := [s for s in self.starts() if s["restart"] == restart]) < nodes:
             if time.monotonic() > deadline:
                 raise AssertionError(
-                    f"run {restart} did not start ({self.cluster.job(self.job_id)}):\n{self.output()[-4000:]}"
+                    f"run {restart} did not start ({self.cluster.job(self.job_id)}):\n{self.output()[-4000:]}\n"
+                    f"{self.cluster.logs_tail(25)}"
                 )
             time.sleep(0.1)
         return starts
