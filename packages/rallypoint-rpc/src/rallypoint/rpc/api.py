@@ -22,6 +22,8 @@ from rallypoint.rpc.futures import Future
 from rallypoint.rpc.group import StoreGroup
 from rallypoint.rpc.options import RpcOptions, transport_factory
 from rallypoint.rpc.rref import RRef, remote_call
+from rallypoint.rpc.torch_futures import install as install_torch_futures
+from rallypoint.rpc.torch_futures import uninstall as uninstall_torch_futures
 
 __all__ = [
     "current_agent",
@@ -126,6 +128,8 @@ def init_rpc(
             raise
         current.set_installed(agent)
         _STATE.update(group=group)
+        if opts.mode == "torch":
+            install_torch_futures()  # torch.futures.wait_all(futs) of rpc_async's futures works unchanged
 
 
 def shutdown(graceful: bool = True, timeout: float = 0) -> None:
@@ -160,6 +164,7 @@ def shutdown(graceful: bool = True, timeout: float = 0) -> None:
         finally:
             current.set_installed(None)
             _STATE.update(group=None)
+            uninstall_torch_futures()
             agent.close()
             if left_together:
                 group.close()
