@@ -77,6 +77,71 @@ def test_recorded_calls_are_read_back_with_seq_per_group_and_state(tmp_path: Pat
     assert records[3]["shape"] == []
 
 
+class Work:
+    """torch's work handle as the hooks use it: its future, completed by the test (Gloo's thread)."""
+
+    def __init__(self) -> None:
+        self.callbacks: list[Any] = []
+        self.future = types.SimpleNamespace(add_done_callback=self.callbacks.append)
+
+    def get_future(self) -> Any:
+        return self.future
+
+    def complete(self) -> None:
+        for fn in self.callbacks:
+            fn(self.future)
+
+
+def test_an_asynchronous_call_is_in_flight_until_its_work_completes(tmp_path: Path) -> None:
+    hooks = load_hooks()
+    recorder = hooks.FlightRecorder(str(tmp_path / "rank_0.flight"))
+    works = [Work(), Work()]
+    dist = types.ModuleType("fake_distributed")
+    dist.all_reduce = lambda tensor, op=None, group=None, async_op=False: works.pop(0) if async_op else None  # type: ignore[attr-defined]
+    hooks.patch_distributed(dist, recorder)
+    first, second = works
+    assert dist.all_reduce(Tensor(4), async_op=True) is first
+    assert dist.all_reduce(Tensor(8), None, None, True) is second  # async_op by position
+    records = read_flight(tmp_path / "rank_0.flight")
+    assert [r["end"] for r in records] == [None, None]  # in flight, both
+    second.complete()  # completes first, not waited for
+    records = read_flight(tmp_path / "rank_0.flight")
+    assert records[0]["end"] is None
+    assert isinstance(records[1]["end"], float)
+    assert records[1]["duration"] >= 0
+    first.complete()
+    assert all(isinstance(r["end"], float) for r in read_flight(tmp_path / "rank_0.flight"))
+    assert recorder.completed == [2]
+
+
+def test_an_asynchronous_call_without_a_future_or_without_work(tmp_path: Path) -> None:
+    hooks = load_hooks()
+    recorder = hooks.FlightRecorder(str(tmp_path / "f"))
+    recorder.begin(b"all_reduce", None, Tensor(1))
+    recorder.end_with(object(), 0)  # no get_future: issued, its end cannot be seen
+    recorder.begin(b"all_reduce", None, Tensor(1))
+    recorder.end_with(None, 1)  # a rank outside the group: nothing was issued
+    unseen, outside = read_flight(tmp_path / "f")
+    assert unseen["end"] == "async"
+    assert isinstance(outside["end"], float)
+
+
+def test_a_late_completion_does_not_stamp_a_slot_the_ring_gave_to_a_newer_call(tmp_path: Path) -> None:
+    hooks = load_hooks()
+    recorder = hooks.FlightRecorder(str(tmp_path / "f"))
+    late = Work()
+    recorder.begin(b"all_reduce", None, Tensor(1))
+    recorder.end_with(late, 0)
+    for _ in range(hooks.SLOTS - 1):
+        recorder.end(recorder.begin(b"broadcast", None, Tensor(1)), False)
+    recorder.begin(b"barrier", None, None)  # takes the all_reduce's slot, and waits
+    late.complete()
+    records = read_flight(tmp_path / "f")
+    assert records[-1]["op"] == "barrier"
+    assert records[-1]["end"] is None
+    assert recorder.completed == [1]  # the completion still counts as progress
+
+
 def test_a_call_that_never_returns_stays_in_flight_and_the_ring_keeps_the_last(tmp_path: Path) -> None:
     hooks = load_hooks()
     recorder = hooks.FlightRecorder(str(tmp_path / "f"))

@@ -17,9 +17,12 @@ when the agent gives the worker ``RALLYPOINT_WORKER_DEBUG_DIR``. Two things are 
   time. The agent reads the file without the worker's help, whatever the worker is doing.
 
 The file layout (shared with :mod:`rallypoint.agent.debug_flight`): a header of
-:data:`HEADER_SIZE` bytes (``<q``: how many records were ever written), then :data:`SLOTS` slots of
-:data:`SLOT.size` bytes. A record's end time is ``0.0`` while the call runs, and ``-1.0`` when
-it was started asynchronously (``async_op=True``) and returned its work handle.
+:data:`HEADER_SIZE` bytes (``<q`` at 0: how many records were ever written; ``<q`` at
+:data:`ASYNC_DONE`: how many asynchronous calls ever completed), then :data:`SLOTS` slots of
+:data:`SLOT.size` bytes. A record's end time is ``0.0`` until the call completes: a call started
+with ``async_op=True`` completes when its work does (a callback on the work's future stamps the
+end time, from the thread that completes the work: no thread of ours, no wait). Its end is
+``-1.0`` only when that cannot be seen (the work has no future).
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["DUMP_SIGNAL", "HEADER_SIZE", "SLOT", "SLOTS", "install", "open_stacks"]
+__all__ = ["ASYNC_DONE", "DUMP_SIGNAL", "HEADER_SIZE", "SLOT", "SLOTS", "install", "open_stacks"]
 
 #: The signal a worker dumps its threads' stacks on (SIGRTMIN+5: no library here uses it).
 DUMP_SIGNAL = signal.SIGRTMIN + 5
@@ -45,6 +48,8 @@ SLOTS = 64
 SLOT = struct.Struct("<qdd16s16s24sq6q")
 HEADER = struct.Struct("<q")
 HEADER_SIZE = 64
+#: Where the header counts the asynchronous calls that completed (the agent's progress check reads it).
+ASYNC_DONE = 8
 
 #: torch.distributed calls recorded (those that exist in the installed torch).
 COLLECTIVES = (
@@ -104,6 +109,7 @@ class FlightRecorder:
         finally:
             os.close(fd)
         self.counter = [0]  # records ever written (a list: the wrappers share and update it in place)
+        self.completed = [0]  # asynchronous calls that completed (likewise)
         self.groups: dict[int, list[Any]] = {}  # id(group) -> [name bytes, next seq]
 
     @property
@@ -129,8 +135,33 @@ class FlightRecorder:
         return offset
 
     def end(self, offset: int, issued: bool) -> None:
-        """The call at ``offset`` returned (``issued``: it only started asynchronous work)."""
+        """The call at ``offset`` returned (``issued``: it started asynchronous work whose end is not seen)."""
         _pack_time(self.buf, offset + _END, -1.0 if issued else time.time())
+
+    def end_with(self, work: Any, count: int) -> None:
+        """The asynchronous call of record ``count`` (its index) returned ``work``: it completes when the work does.
+
+        A callback on the work's future stamps the end time (Gloo runs it on the thread that
+        completed the work; on NCCL the future completes once the call is on the GPU stream). A
+        rank outside the group got no work (nothing was issued): completed now. A work without a
+        future (a backend that has none) is marked ``-1.0``, issued with its end unseen.
+        """
+        offset = HEADER_SIZE + (count & _MASK) * _SLOT_SIZE
+        if work is None:
+            _pack_time(self.buf, offset + _END, time.time())
+            return
+        buf, counter, completed = self.buf, self.counter, self.completed
+
+        def stamp(_future: Any) -> None:
+            if counter[0] - count <= SLOTS:  # the slot still holds this record
+                _pack_time(buf, offset + _END, time.time())
+            completed[0] += 1
+            _pack_header(buf, ASYNC_DONE, completed[0])
+
+        try:
+            work.get_future().add_done_callback(stamp)  # run at once if the work has completed
+        except Exception:  # noqa: BLE001 - no future on this backend or work: the end is not seen
+            _pack_time(buf, offset + _END, -1.0)
 
 
 _pack = SLOT.pack_into
@@ -190,6 +221,7 @@ def _wrap(recorder: FlightRecorder, name: str, fn: Callable[..., Any]) -> Callab
     first = _FIRST.get(name, 1)
     buf, groups, counter, now = recorder.buf, recorder.groups, recorder.counter, time.time
     pack, pack_header, pack_time, dtypes = _pack, _pack_header, _pack_time, _DTYPES
+    end_with = recorder.end_with
 
     @functools.wraps(fn)
     def recorded(*args: Any, **kwargs: Any) -> Any:
@@ -220,7 +252,10 @@ def _wrap(recorder: FlightRecorder, name: str, fn: Callable[..., Any]) -> Callab
                 _pack_slot(buf, offset, seq, now(), op, dtype, g[0], shape)
         pack_header(buf, 0, count + 1)
         result = fn(*args, **kwargs)
-        pack_time(buf, offset + _END, -1.0 if (args[ai] if n > ai else kwargs.get("async_op")) else now())
+        if args[ai] if n > ai else kwargs.get("async_op"):
+            end_with(result, count)
+        else:
+            pack_time(buf, offset + _END, now())
         return result
 
     recorded.__rallypoint_recorded__ = True  # type: ignore[attr-defined]
