@@ -160,31 +160,27 @@ def test_any_worker_that_starts_or_completes_a_collective_is_progress(tmp_path: 
     assert node.watch.explain(WorkerExit(1, 1001, 1, 0.0, 1.0)) is None  # not a hang
 
 
-class Future:
-    """A work's future, completed by the test (as Gloo's thread completes it)."""
+class Work:
+    """An asynchronous call's work handle (the hooks wrap its class's wait and is_completed)."""
 
-    def __init__(self) -> None:
-        self.callbacks: list[Any] = []
+    def wait(self) -> bool:
+        return True
 
-    def add_done_callback(self, fn: Any) -> None:
-        self.callbacks.append(fn)
-
-    def complete(self) -> None:
-        for fn in self.callbacks:
-            fn(self)
+    def is_completed(self) -> bool:
+        return True
 
 
 def test_an_asynchronous_collective_that_completes_behind_a_later_one_is_progress(tmp_path: Path) -> None:
     node = Node(tmp_path, MemoryBackend(tmp_path.name))
     flight = node.flights[1]
     node.collective(0)
-    future = Future()
+    work = Work()
     flight.begin(b"all_reduce", None, Tensor())  # async_op=True: it returned its work
-    flight.end_with(types.SimpleNamespace(get_future=lambda: future), flight.count - 1)
+    flight.end_with(work, flight.count - 1)
     flight.begin(b"barrier", None, None)  # then a call that waits (its record is the last one)
     node.tick(4)
     node.tick(4)
-    future.complete()  # the all_reduce completes 8 s later: not the last record, still progress
+    work.wait()  # the all_reduce is waited for 8 s later (another thread): not the last record, still progress
     node.tick(0.5)
     node.tick(4)
     assert node.group.signals == []
@@ -284,11 +280,11 @@ def test_the_flight_mark_reads_the_header_and_the_last_end_of_the_worker_file(tm
     for n in range(1, 70):  # past the ring's end
         offset = recorder.begin(b"all_reduce", None, Tensor())
         assert mark.read() == (n, done, 0.0)  # started, not completed
-        if n % 3 == 0:  # asynchronous, its work completes at once
-            future = Future()
-            recorder.end_with(types.SimpleNamespace(get_future=lambda f=future: f), n - 1)
+        if n % 3 == 0:  # asynchronous, its work waited for at once
+            work = Work()
+            recorder.end_with(work, n - 1)
             assert mark.read() == (n, done, 0.0)
-            future.complete()
+            work.wait()
             done += 1
         else:
             recorder.end(offset, n % 3 == 1)
