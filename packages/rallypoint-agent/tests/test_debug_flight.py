@@ -147,6 +147,20 @@ def test_a_work_freed_unwaited_leaves_its_record_unseen_when_its_id_comes_again(
     assert isinstance(waited["end"], float)
 
 
+def test_works_kept_and_never_waited_for_are_followed_up_to_a_bound(tmp_path: Path) -> None:
+    hooks = load_hooks()
+    recorder = hooks.FlightRecorder(str(tmp_path / "f"))
+    works = [Work() for _ in range(hooks._MAX_PENDING + 1)]
+    for n, work in enumerate(works):
+        recorder.begin(b"all_reduce", None, Tensor(1))
+        recorder.end_with(work, n)
+    assert len(recorder.pending) == hooks._MAX_PENDING
+    assert id(works[0]) not in recorder.pending  # the oldest is forgotten (its slot long reused here)
+    works[-1].done = True
+    assert works[-1].is_completed()
+    assert isinstance(read_flight(tmp_path / "f")[-1]["end"], float)
+
+
 def test_a_late_completion_does_not_stamp_a_slot_the_ring_gave_to_a_newer_call(tmp_path: Path) -> None:
     hooks = load_hooks()
     recorder = hooks.FlightRecorder(str(tmp_path / "f"))

@@ -27,6 +27,7 @@ cannot be seen.
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import functools
 import mmap
@@ -171,7 +172,8 @@ class FlightRecorder:
         if replaced is not None:  # that work was freed unwaited (its id is reused): its end is not seen
             self.finish(replaced, -1.0)
         elif len(pending) >= _MAX_PENDING:  # works kept and never waited for: forget the oldest
-            self.finish(pending.pop(next(iter(pending))), -1.0)
+            with contextlib.suppress(RuntimeError, KeyError, StopIteration):  # another thread changed it meanwhile
+                self.finish(pending.pop(next(iter(pending))), -1.0)
         pending[id(work)] = count
 
     def finish(self, count: int, end: float) -> None:
