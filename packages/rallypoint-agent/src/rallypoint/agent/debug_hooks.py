@@ -279,7 +279,7 @@ def _wrap(recorder: FlightRecorder, name: str, fn: Callable[..., Any]) -> Callab
     first = _FIRST.get(name, 1)
     buf, groups, counter, now = recorder.buf, recorder.groups, recorder.counter, time.time
     pack, pack_header, pack_time, dtypes = _pack, _pack_header, _pack_time, _DTYPES
-    end_with = recorder.end_with
+    end_with, watched, pending = recorder.end_with, recorder.watched, recorder.pending
 
     @functools.wraps(fn)
     def recorded(*args: Any, **kwargs: Any) -> Any:
@@ -311,7 +311,10 @@ def _wrap(recorder: FlightRecorder, name: str, fn: Callable[..., Any]) -> Callab
         pack_header(buf, 0, count + 1)
         result = fn(*args, **kwargs)
         if args[ai] if n > ai else kwargs.get("async_op"):
-            end_with(result, count)
+            if watched.get(type(result)) and id(result) not in pending and len(pending) < _MAX_PENDING:
+                pending[id(result)] = count  # the common case, as end_with does it
+            else:
+                end_with(result, count)
         else:
             pack_time(buf, offset + _END, now())
         return result
