@@ -20,6 +20,8 @@ from rallypoint.rpc.gradctx import tag
 from rallypoint.rpc.group import StoreGroup
 from rallypoint.rpc.options import RpcOptions, transport_factory
 from rallypoint.rpc.rref import RRef
+from rallypoint.rpc.torch_futures import install as install_torch_futures
+from rallypoint.rpc.torch_futures import uninstall as uninstall_torch_futures
 
 __all__ = [
     "current_agent",
@@ -120,6 +122,8 @@ def init_rpc(
             agent.close()  # no server left behind by a failed join
             raise
         _STATE.update(agent=agent, group=group)
+        if opts.mode == "torch":
+            install_torch_futures()  # torch.futures.wait_all(futs) of rpc_async's futures works unchanged
 
 
 def shutdown(graceful: bool = True, timeout: float = 0) -> None:
@@ -152,6 +156,7 @@ def shutdown(graceful: bool = True, timeout: float = 0) -> None:
                 left_together = True
         finally:
             _STATE.update(agent=None, group=None)
+            uninstall_torch_futures()
             agent.close()
             if left_together:
                 group.close()
