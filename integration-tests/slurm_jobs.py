@@ -137,10 +137,13 @@ class SlurmDdpJob:
                 raise AssertionError(f"not requeued ({self.cluster.job(self.job_id)}):\n{self.output()[-4000:]}")
             time.sleep(0.1)
         self.cluster.wait_state(self.job_id, ["PENDING"], timeout=30)
-        # a requeued job waits for its begin time (about two minutes), which also leaves the nodes
-        # time to finish the previous run (its batch script, which may have requeued it, included);
-        # start it now, but only on nodes done with it: else its batch step fails at once (exit 1)
+        # a requeued job waits for its begin time (about two minutes); start it now, but only on
+        # nodes done with the previous run, and not in the second it was killed: slurmd refuses a
+        # job credential issued no later than (to the second) the revocation of the killed run's,
+        # and the batch step then fails at once ("Job N already killed, do not launch batch job",
+        # exit 1, no output: seen when the two fell in one second)
         self.wait_nodes_idle()
+        time.sleep(2.0)
         self.cluster.client(["scontrol", "update", f"job={self.job_id}", "StartTime=now"])
 
     def resumed(self, restart: int, nodes: int = 3, timeout: float = 90) -> list[dict[str, Any]]:
