@@ -37,8 +37,11 @@ The kit checks: basic reads and writes, JSON-only values, key validation, run-id
 version tokens, compare-and-set and atomic add under races between threads and processes,
 delete, prefix listing at scale, write ordering seen from another process, watch wake-ups and
 timeouts, TTL expiry (when ``supports_ttl``), and the handler on top: N nodes join, a late node
-waits, a node dies, close, join timeout. A backend that offers the optional held watch adds
-:class:`HeldWatchConformance` to its backend class.
+waits, a node dies, close, join timeout, the assignment function's value reaching each member.
+Writing many keys and waiting with more keys are checked on every backend (through the fallbacks
+where it lacks them). A backend that offers the optional held watch adds
+:class:`HeldWatchConformance` to its backend class; one that writes many keys in one call,
+:class:`SetManyConformance`; one that sends more keys with a change, :class:`WaitWithConformance`.
 
 For torch interop, :func:`run_torchrun_agents` starts real ``torchrun`` agents that meet through a
 backend's ``--rdzv-backend rallypoint-<name>`` handler and run :data:`TORCHRUN_JOB` (a gloo
@@ -61,7 +64,16 @@ from typing import Any
 
 import pytest
 
-from rallypoint.rendezvous.backend import RendezvousBackend, SupportsHeldWatch, check_in, create_and_add
+from rallypoint.rendezvous.backend import (
+    RendezvousBackend,
+    SupportsHeldWatch,
+    SupportsSetMany,
+    SupportsWaitWith,
+    check_in,
+    create_and_add,
+    set_many,
+    wait_with,
+)
 from rallypoint.rendezvous.errors import RendezvousClosedError, RendezvousTimeoutError
 from rallypoint.rendezvous.handler import RendezvousHandler, RendezvousResult
 from rallypoint.rendezvous.state import NodeInfo
@@ -74,6 +86,8 @@ __all__ = [
     "HeldWatchConformance",
     "MultiProcessBackendConformance",
     "MultiProcessHandlerConformance",
+    "SetManyConformance",
+    "WaitWithConformance",
     "TORCHRUN_JOB",
     "assert_torch_registry_has",
     "make_node",
@@ -503,6 +517,47 @@ class BackendConformance:
         assert backend.get("lease") is None
         assert backend.get("forever") is not None
 
+    def test_set_many(self, backend: RendezvousBackend) -> None:
+        """Many keys in one call (or one by one, through the fallback); a bad key writes nothing."""
+        items = {f"seat/n{i}": {"rank": i, "ring": [f"n{i + 1}"]} for i in range(50)}
+        set_many(backend, {**items, "roster/0/d": {"members": list(range(10))}})
+        assert {k: e.value for k, e in backend.list("seat/").items()} == items
+        assert backend.get("roster/0/d").value == {"members": list(range(10))}  # type: ignore[union-attr]
+        first = backend.get("seat/n0")
+        set_many(backend, {"seat/n0": {"rank": 7}})
+        again = backend.get("seat/n0")
+        assert again is not None
+        assert first is not None
+        assert again.value == {"rank": 7}
+        assert again.version != first.version
+        with pytest.raises(ValueError, match="bad key"):
+            set_many(backend, {"ok/key": 1, "bad key": 2})
+        assert backend.get("ok/key") is None
+        set_many(backend, {})
+
+    def test_wait_with(self, backend_factory: Factory, run_id: str) -> None:
+        """A change comes with the keys asked for (through the fallback where the backend lacks it)."""
+        backend, other = backend_factory(run_id), backend_factory(run_id)
+        seen = backend.set("h", "seen")
+        t = threading.Timer(0.1, lambda: (other.set("mine", {"rank": 3}), other.set("h", "complete")))
+        t.start()
+        try:
+            change = wait_with(backend, "h", version=seen, timeout=30, also=("mine", "absent"))
+        finally:
+            t.join()
+        assert change is not None
+        assert change.entry is not None
+        assert change.entry.value == "complete"
+        mine = change.also["mine"]
+        assert mine is not None
+        assert mine.value == {"rank": 3}
+        assert change.also["absent"] is None
+        start = time.monotonic()
+        current = backend.get("h")
+        assert current is not None
+        assert wait_with(backend, "h", version=current.version, timeout=0.2, also=("mine",)) is None
+        assert 0.15 <= time.monotonic() - start < 10
+
 
 class HandlerConformance:
     """Handler-level checks on top of a backend. Override the ``backend_factory`` fixture."""
@@ -573,6 +628,38 @@ class HandlerConformance:
         finally:
             for h in handlers:
                 h.shutdown()
+
+    def test_assignment_reaches_each_member(self, backend_factory: Factory, run_id: str) -> None:
+        """The assignment function runs on the node that completes the round; each member gets its own value.
+
+        Where the backend sends a member its seat with the change (``wait_with``), every member
+        receives its value and the function ran once. Elsewhere a member may receive ``None``
+        (the header carried the roster instead) and computes the value itself.
+        """
+        calls: list[int] = []
+
+        def assign(members: Sequence[NodeInfo]) -> list[dict[str, Any]]:
+            calls.append(len(members))
+            return [{"id": m.node_id, "of": len(members)} for m in members]
+
+        handlers = [
+            RendezvousHandler(
+                backend_factory(run_id), make_node(i), min_nodes=3, max_nodes=3, timeouts=FAST_TIMEOUTS, assign=assign
+            )
+            for i in range(3)
+        ]
+        try:
+            results = self._assert_agree(self._in_threads(handlers), 3)
+        finally:
+            for h in handlers:
+                h.shutdown()
+        for r in results:
+            assert r.assigned in (None, {"id": r.node.node_id, "of": 3}), r.assigned
+        assert calls
+        assert set(calls) == {3}
+        if isinstance(handlers[0].backend, SupportsWaitWith):
+            assert [r.assigned for r in results] == [{"id": r.node.node_id, "of": 3} for r in results]
+            assert len(calls) == 1, "the assignment function ran more than once"
 
     def test_late_node_waits_then_joins_next_round(self, backend_factory: Factory, run_id: str) -> None:
         a, b, c = self._handlers(backend_factory, run_id, 3, 2, 3)
@@ -723,6 +810,38 @@ class HeldWatchConformance:
         finally:
             held.close()
             held.close()  # twice is harmless
+
+
+class SetManyConformance:
+    """The backend offers :class:`~rallypoint.rendezvous.backend.SupportsSetMany` (checked by ``test_set_many``).
+
+    Add it to the backend's conformance class, as :class:`HeldWatchConformance`.
+    """
+
+    def test_offers_set_many(self, backend_factory: Factory, run_id: str) -> None:
+        """Offered, and a value that is no JSON writes nothing."""
+        backend = backend_factory(run_id)
+        assert isinstance(backend, SupportsSetMany), f"{type(backend).__name__} has no set_many"
+        with pytest.raises(TypeError):
+            backend.set_many({"a": 1, "b": object()})
+        assert backend.get("a") is None
+
+
+class WaitWithConformance:
+    """The backend offers :class:`~rallypoint.rendezvous.backend.SupportsWaitWith` (checked by ``test_wait_with``)."""
+
+    def test_offers_wait_with(self, backend_factory: Factory, run_id: str) -> None:
+        """Offered, and a change already made returns at once, with the keys asked for."""
+        backend = backend_factory(run_id)
+        assert isinstance(backend, SupportsWaitWith), f"{type(backend).__name__} has no wait_with"
+        backend.set("x", {"seat": 1})
+        version = backend.set("h", "now")
+        change = backend.wait_with("h", version=None, timeout=30, also=("x",))
+        assert change is not None
+        assert change.entry is not None
+        assert (change.entry.value, change.entry.version) == ("now", version)
+        assert change.also["x"] is not None
+        assert change.also["x"].value == {"seat": 1}
 
 
 class MultiProcessBackendConformance(BackendConformance):
