@@ -27,7 +27,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from rallypoint.rendezvous.backend import HeldWatch, RendezvousBackend
@@ -44,6 +44,7 @@ from rallypoint.rendezvous.errors import (
 )
 from rallypoint.rendezvous.factory import open_backend, select_backend
 from rallypoint.rendezvous.heartbeat import Heartbeat
+from rallypoint.rendezvous.result import RoundStatus
 from rallypoint.rendezvous.round_io import KEEP_ROUNDS, RendezvousResult, RoundIO, WorkerStoreInfo, free_port
 from rallypoint.rendezvous.seats import Assign
 from rallypoint.rendezvous.state import (
@@ -84,27 +85,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("rallypoint.rendezvous")
-
-
-@dataclass(frozen=True)
-class RoundStatus:
-    """What a member reads of the rendezvous while its workers run (one read of the header).
-
-    Attributes:
-        closed: the job is over.
-        failed: it was closed because it failed for good (stop the workers, report the failure).
-        reason: why it was closed, or why the current round was opened.
-        waiting: nodes waiting for a new round, or at least 1 when the running round is over
-            (see :meth:`RendezvousHandler.num_nodes_waiting`).
-        superseded: a newer round than the one this node last completed has opened (membership
-            changed), read in the same header as ``closed``, so the two never disagree.
-    """
-
-    closed: bool
-    failed: bool
-    reason: str
-    waiting: int
-    superseded: bool = False
 
 
 class RendezvousHandler:

@@ -1,4 +1,4 @@
-"""What a completed round gives one member: :class:`RendezvousResult` (and :class:`WorkerStoreInfo`).
+"""What a member learns of its round: :class:`RendezvousResult` once complete, :class:`RoundStatus` while it runs.
 
 A member learns its own place from its seat (:mod:`rallypoint.rendezvous.seats`): group rank,
 size, store, and what the round's assignment function gave it. The whole membership
@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from rallypoint.rendezvous.backend import JSONValue
 from rallypoint.rendezvous.keyspace import NodeInfo
 
-__all__ = ["RendezvousResult", "WorkerStoreInfo"]
+__all__ = ["RendezvousResult", "RoundStatus", "WorkerStoreInfo"]
 
 
 @dataclass(frozen=True)
@@ -95,3 +95,24 @@ class RendezvousResult:
         if found is None:
             raise KeyError(f"node {node_id!r} is not a participant of round {self.round}")
         return WorkerStoreInfo(found.addr, found.master_port if found.master_port is not None else 0)
+
+
+@dataclass(frozen=True)
+class RoundStatus:
+    """What a member reads of the rendezvous while its workers run (one read of the header).
+
+    Attributes:
+        closed: the job is over.
+        failed: it was closed because it failed for good (stop the workers, report the failure).
+        reason: why it was closed, or why the current round was opened.
+        waiting: nodes waiting for a new round, or at least 1 when the running round is over
+            (see :meth:`RendezvousHandler.num_nodes_waiting`).
+        superseded: a newer round than the one this node last completed has opened (membership
+            changed), read in the same header as ``closed``, so the two never disagree.
+    """
+
+    closed: bool
+    failed: bool
+    reason: str
+    waiting: int
+    superseded: bool = False

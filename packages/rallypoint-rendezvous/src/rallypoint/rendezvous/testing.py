@@ -655,8 +655,7 @@ class HandlerConformance:
                 h.shutdown()
         for r in results:
             assert r.assigned in (None, {"id": r.node.node_id, "of": 3}), r.assigned
-        assert calls
-        assert set(calls) == {3}
+        assert set(calls) <= {3}  # never run without seats (the header carried the roster)
         if isinstance(handlers[0].backend, SupportsWaitWith):
             assert [r.assigned for r in results] == [{"id": r.node.node_id, "of": 3} for r in results]
             assert len(calls) == 1, "the assignment function ran more than once"
