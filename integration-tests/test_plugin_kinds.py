@@ -2,7 +2,7 @@
 
 Core names none of them: each subsystem declares its kinds (``rallypoint_plugin_templates``) and
 ships their templates. Here, with the whole workspace installed: who declares what, and that
-each kind writes a complete distribution. ``test_authoring_install.py`` (rallypoint-core's tests)
+each kind writes a complete distribution. ``test_authoring_install.py`` (the meta-package's tests)
 installs the generated plugins and runs their tests.
 """
 

@@ -178,8 +178,7 @@ class DistPipeline(nn.Module):
             x_rref = rpc.RRef(x)
             y_rref = self.p1_rref.remote().forward(x_rref)
             out_futures.append(self.p2_rref.rpc_async().forward(y_rref))
-        # torch.futures.wait_all takes only torch's futures: Future.wait works with both kinds
-        return torch.cat([fut.wait() for fut in out_futures])
+        return torch.cat(torch.futures.wait_all(out_futures))
 
     def parameter_rrefs(self) -> list[Any]:
         return self.p1_rref.remote().parameter_rrefs().to_here() + self.p2_rref.remote().parameter_rrefs().to_here()

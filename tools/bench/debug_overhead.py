@@ -1,20 +1,26 @@
 """What being debuggable costs a worker, and how long ``rallypoint debug stacks`` takes (issue #40).
 
-Three measurements, in one process with a single-rank Gloo group (no peer to wait for, so the
-figures are the Python and C++ work of this process):
+Four measurements; each side-by-side pair alternates its sides round by round (tools/bench
+harness), medians reported:
 
-  1. flight record per collective:
-     A recorded: torch.distributed.all_reduce(16 floats) wrapped by the flight recorder
-     B plain:    the same call, unwrapped
-     the cost per collective is median A - median B (target <= 2 us); with --hooks-before FILE
-     (a saved copy of debug_hooks.py, e.g. ``git show HEAD~1:<path> > before.py``) the same is
-     measured for that copy in the same run, and the two recorders head to head;
-  2. steady state: a training step (a 256x256 matmul, then an all_reduce of its 16 first values)
+  1. the hook alone: the flight record's wrapper around a stand-in collective that returns at
+     once, against the stand-in itself; synchronous, and ``async_op=True`` (the stand-in's work
+     has a completed future, so the completion callback runs inline). The difference of the
+     medians is the recorder's own cost per call (target <= 2 us);
+  2. one process, a single-rank Gloo group (no peer to wait for): all_reduce(16 floats) recorded
+     against plain, synchronous and ``async_op=True`` + ``wait()``; with --hooks-before FILE (a
+     saved copy of debug_hooks.py, e.g. ``git show HEAD~1:<path> > before.py``) the synchronous
+     one also for that copy in the same run, and the two recorders head to head;
+  3. two processes, a 2-rank Gloo group (this script started twice with --pair-rank): the
+     all_reduce(16 floats) loop recorded and plain; the same through the rallypoint facade
+     (which issues torch's call asynchronously on Gloo, so its records complete through the
+     callback); and a training step (a 256x256 matmul, then an all_reduce of its 16 first values)
      with the worker's debug hooks installed (faulthandler dump handler + flight record) or not
-     (target ratio <= 1.01);
-  3. answering ``debug stacks`` for --workers simulated workers (sleeping Python processes with
+     (target ratio <= 1.01). Rank 0 prints; both ranks run the same schedule;
+  4. answering ``debug stacks`` for --workers simulated workers (sleeping Python processes with
      the hooks installed) on one node: request written to a file rendezvous backend, every
-     worker dumped, the answer gathered (median of --rounds, wall time).
+     worker dumped, the answer gathered (median of --rounds, wall time); and the whole command,
+     ``rallypoint debug stacks`` spawned until it has printed the report.
 
 Run from the repository root:
 
@@ -39,6 +45,7 @@ from typing import Any
 if __package__ in (None, ""):  # run as a script: make `tools.bench` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from tools.bench.debug_pair import WorkMethods, pair_main
 from tools.bench.harness import BenchmarkError, bench_parser, run_benchmark
 
 SLEEPER = """
@@ -82,8 +89,13 @@ class _Group:
         return sorted(self.pids)
 
 
-def answer_time(workers: int, rounds: int) -> list[float]:
-    """Seconds from the request to the gathered answer, for ``workers`` hooked sleeping processes."""
+def answer_time(workers: int, rounds: int) -> tuple[list[float], list[float]]:
+    """Seconds from the request to the gathered answer, and for the whole command, with ``workers`` sleepers.
+
+    The first list: :func:`~rallypoint.agent.debug_service.request` to the answers gathered, in
+    this process. The second: ``rallypoint debug stacks`` spawned until it exits, having printed
+    the report (interpreter start, imports, request, answers, the report rendered).
+    """
     from rallypoint.agent.debug_service import DebugService, gather, request
     from rallypoint_file.backend import FileBackend
 
@@ -113,12 +125,25 @@ def answer_time(workers: int, rounds: int) -> list[float]:
                 dumped = sum(w["dumped"] for a in answers for w in a["workers"])
                 if missing or dumped != workers:
                     raise BenchmarkError(f"{dumped} of {workers} workers answered; missing nodes {missing}")
+            whole = [_command_time(Path(tmp) / "rdzv", workers) for _ in range(rounds)]
             service.stop()
-            return times
+            return times, whole
         finally:
             for p in procs:
                 p.kill()
                 p.wait()
+
+
+def _command_time(rdzv: Path, workers: int) -> float:
+    """Seconds from spawning ``rallypoint debug stacks`` to its exit, the report printed."""
+    argv = [sys.executable, "-c", "from rallypoint.core.cli import entrypoint; entrypoint()", "debug", "stacks"]
+    argv += ["--rdzv-backend", "file", "--rdzv-endpoint", str(rdzv), "--run-id", "bench"]
+    started = time.perf_counter()
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    took = time.perf_counter() - started
+    if done.returncode != 0 or f"({workers} worker(s) on 1 node(s)" not in done.stdout:
+        raise BenchmarkError(f"rallypoint debug stacks failed (exit {done.returncode}): {done.stdout}{done.stderr}")
+    return took
 
 
 def _compare_before(args: argparse.Namespace, before: Any, tmp: str, recorded: Any, plain: Any, small: Any) -> None:
@@ -142,74 +167,154 @@ def _compare_before(args: argparse.Namespace, before: Any, tmp: str, recorded: A
     print(f"flight record cost per collective, after - before: {(c.a.median - c.b.median) * 1e6:+.2f} us\n")
 
 
+class _DoneWork:
+    """A completed work handle, what the stand-in collective returns (its class gets watched by the hooks)."""
+
+    def wait(self, timeout: Any = None) -> bool:
+        return True
+
+    def is_completed(self) -> bool:
+        return True
+
+
+class _BareWork(_DoneWork):
+    """The same for the bare side: a class of its own, which the hooks never wrap."""
+
+
+def hook_alone(args: argparse.Namespace, hooks: Any, tmp: str) -> None:
+    """Measurement 1: the wrapper around a stand-in collective that returns at once."""
+    import torch
+
+    done, bare = _DoneWork(), _BareWork()
+
+    def stand_in(tensor: Any, op: Any = None, group: Any = None, async_op: bool = False) -> Any:
+        return done if async_op else None
+
+    def bare_in(tensor: Any, op: Any = None, group: Any = None, async_op: bool = False) -> Any:
+        return bare if async_op else None
+
+    small = torch.ones(16)
+    wrapped = hooks._wrap(hooks.FlightRecorder(os.path.join(tmp, "alone.flight")), "all_reduce", stand_in)
+    c = run_benchmark(
+        args,
+        lambda: wrapped(small),
+        lambda: bare_in(small),
+        labels=("recorded", "bare"),
+        title="debug overhead: the hook alone, around a stand-in all_reduce that returns at once (synchronous)",
+    )
+    print(f"flight record cost per call, hook alone (synchronous): {(c.a.median - c.b.median) * 1e6:.2f} us\n")
+    c = run_benchmark(
+        args,
+        lambda: wrapped(small, async_op=True).wait(),
+        lambda: bare_in(small, async_op=True).wait(),
+        labels=("recorded", "bare"),
+        title="debug overhead: the hook alone, stand-in all_reduce(async_op=True) + wait(), the work complete",
+    )
+    print(f"flight record cost per call, hook alone (async_op=True): {(c.a.median - c.b.median) * 1e6:.2f} us\n")
+
+
+def single_rank(args: argparse.Namespace, hooks: Any, tmp: str) -> None:
+    """Measurement 2: a single-rank Gloo all_reduce, recorded and plain, synchronous and async."""
+    import torch
+    import torch.distributed as dist
+
+    small = torch.ones(16)
+    plain = dist.all_reduce
+    recorded = hooks._wrap(hooks.FlightRecorder(os.path.join(tmp, "rank_0.flight")), "all_reduce", plain)
+    c = run_benchmark(
+        args,
+        lambda: recorded(small),
+        lambda: plain(small),
+        labels=("recorded", "plain"),
+        title="debug overhead: flight record per collective (all_reduce of 16 floats, 1 rank, gloo)",
+    )
+    print(f"flight record cost per collective: {(c.a.median - c.b.median) * 1e6:.2f} us\n", flush=True)
+    methods = WorkMethods(dist.Work)
+
+    def waited(record: bool) -> None:
+        methods.use(record)
+        (recorded if record else plain)(small, async_op=True).wait()
+
+    c = run_benchmark(
+        args,
+        lambda: waited(True),
+        lambda: waited(False),
+        labels=("recorded", "plain"),
+        title="debug overhead: flight record per collective, async_op=True + wait() (16 floats, 1 rank, gloo)",
+    )
+    methods.use(False)
+    print(f"flight record cost per collective, async_op=True: {(c.a.median - c.b.median) * 1e6:.2f} us\n")
+    if args.hooks_before is not None:
+        _compare_before(args, _hooks(args.hooks_before, "_bench_hooks_before"), tmp, recorded, plain, small)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = bench_parser(__doc__, rounds=20, warmup=2, number=2000)
     parser.add_argument("--workers", type=int, default=64, help="simulated workers answering debug stacks")
     parser.add_argument(
         "--hooks-before", type=Path, metavar="FILE", help="also measure this copy of debug_hooks.py (before a change)"
     )
+    parser.add_argument("--pair-rank", type=int, help=argparse.SUPPRESS)  # measurement 3's processes
+    parser.add_argument("--pair-port", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.pair_rank is not None:
+        return pair_main(args, _hooks())
     os.environ.update({"RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port())})
-    import torch
     import torch.distributed as dist
 
     hooks = _hooks()
     dist.init_process_group("gloo")
-    small = torch.ones(16)
-    plain = dist.all_reduce
     with tempfile.TemporaryDirectory() as tmp:
-        recorder = hooks.FlightRecorder(os.path.join(tmp, "rank_0.flight"))
-        recorded = hooks._wrap(recorder, "all_reduce", plain)
         try:
-            c = run_benchmark(
-                args,
-                lambda: recorded(small),
-                lambda: plain(small),
-                labels=("recorded", "plain"),
-                title="debug overhead: flight record per collective (all_reduce of 16 floats, 1 rank, gloo)",
-            )
-            print(f"flight record cost per collective: {(c.a.median - c.b.median) * 1e6:.2f} us\n", flush=True)
-            if args.hooks_before is not None:
-                _compare_before(args, _hooks(args.hooks_before, "_bench_hooks_before"), tmp, recorded, plain, small)
-
-            a = torch.randn(256, 256)
-            state = {"hooked": False}
-
-            def step(hooked: bool) -> None:
-                if hooked != state["hooked"]:  # install or remove the hooks between sides
-                    if hooked:
-                        hooks._stacks(tmp, "0")
-                        dist.all_reduce = recorded
-                    else:
-                        import faulthandler
-
-                        faulthandler.unregister(hooks.DUMP_SIGNAL)
-                        dist.all_reduce = plain
-                    state["hooked"] = hooked
-                y = a @ a
-                dist.all_reduce(y[0, :16])
-
-            steps = argparse.Namespace(**{**vars(args), "number": max(1, args.number // 20)})  # a step is ~1 ms
-            run_benchmark(
-                steps,
-                lambda: step(True),
-                lambda: step(False),
-                labels=("debuggable", "plain"),
-                title="debug overhead: training step (256x256 matmul + all_reduce), hooks installed or not",
-            )
-            print(flush=True)
+            hook_alone(args, hooks, tmp)
+            single_rank(args, hooks, tmp)
         except BenchmarkError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 1
         finally:
-            dist.all_reduce = plain
             dist.destroy_process_group()
+    if run_pair(argv if argv is not None else sys.argv[1:]) != 0:
+        return 1
     rounds = 2 if args.smoke else max(3, args.rounds // 4)
-    times = answer_time(args.workers, rounds)
+    try:
+        times, whole = answer_time(args.workers, rounds)
+    except BenchmarkError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     print(
         f"debug stacks answer for {args.workers} simulated workers on one node: median "
         f"{statistics.median(times):.3f}s, max {max(times):.3f}s over {rounds} requests"
     )
+    print(
+        f"rallypoint debug stacks, command to printed report, {args.workers} simulated workers on one node: "
+        f"median {statistics.median(whole):.3f}s, max {max(whole):.3f}s over {rounds} runs"
+    )
+    return 0
+
+
+def run_pair(argv: list[str]) -> int:
+    """Measurement 3: this script again as the two ranks of a Gloo group; rank 0 prints."""
+    port = str(_free_port())
+    kept: list[str] = []
+    skip = False
+    for a in argv:  # the children write no --json file (each measurement would overwrite it)
+        if not skip and not a.startswith("--json"):
+            kept.append(a)
+        skip = a == "--json"
+    argv = kept
+    script = str(Path(__file__).resolve())
+    sys.stdout.flush()
+    procs = [
+        subprocess.Popen(
+            [sys.executable, script, *argv, "--pair-rank", str(r), "--pair-port", port],
+            stdout=None if r == 0 else subprocess.DEVNULL,
+        )
+        for r in (0, 1)
+    ]
+    codes = [p.wait(timeout=1800) for p in procs]
+    if any(codes):
+        print(f"error: the two-rank measurement failed (exit codes {codes})", file=sys.stderr)
+        return 1
     return 0
 
 

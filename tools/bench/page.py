@@ -32,7 +32,7 @@ __all__ = ["CHARTS", "PAGE", "build_charts", "render_page", "stale", "summary_ta
 
 PAGE = RESULTS_DIR.parent / "benchmarks.md"
 #: The families of the summary table, in its order.
-ORDER = ("rendezvous", "agent", "warm_workers", "collectives", "rpc", "autograd", "faults")
+ORDER = ("rendezvous", "agent", "warm_workers", "collectives", "rpc", "autograd", "debug", "faults")
 Families = dict[str, dict[str, Any]]
 
 

@@ -10,6 +10,8 @@ import types
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from rallypoint.agent import worker_main
 from rallypoint.agent.debug_collect import DUMP_SIGNAL, collect_workers, parse_faulthandler
 from rallypoint.agent.debug_flight import read_flight
@@ -75,6 +77,105 @@ def test_recorded_calls_are_read_back_with_seq_per_group_and_state(tmp_path: Pat
     assert records[2]["end"] == "async"
     assert records[2]["duration"] is None
     assert records[3]["shape"] == []
+
+
+class Work:
+    """torch's work handle as the hooks see it: ``wait`` and ``is_completed`` (its class gets them wrapped)."""
+
+    def __init__(self) -> None:
+        self.done = False
+
+    def wait(self, timeout: Any = None) -> bool:
+        if not self.done:
+            raise RuntimeError("timed out")  # as Gloo's wait(timeout) does
+        return True
+
+    def is_completed(self) -> bool:
+        return self.done
+
+
+def test_an_asynchronous_call_is_in_flight_until_its_work_is_seen_complete(tmp_path: Path) -> None:
+    hooks = load_hooks()
+    recorder = hooks.FlightRecorder(str(tmp_path / "rank_0.flight"))
+    works = [Work(), Work(), Work()]
+    dist = types.ModuleType("fake_distributed")
+    dist.all_reduce = lambda tensor, op=None, group=None, async_op=False: works.pop(0) if async_op else None  # type: ignore[attr-defined]
+    hooks.patch_distributed(dist, recorder)
+    first, second, third = works
+    assert dist.all_reduce(Tensor(4), async_op=True) is first
+    assert dist.all_reduce(Tensor(8), None, None, True) is second  # async_op by position
+    assert dist.all_reduce(Tensor(2), async_op=True) is third
+    assert [r["end"] for r in read_flight(tmp_path / "rank_0.flight")] == [None, None, None]  # in flight
+    with pytest.raises(RuntimeError, match="timed out"):
+        second.wait(0.1)  # a wait that times out: still in flight
+    assert not first.is_completed()
+    second.done = first.done = True
+    assert second.wait()  # waited for
+    records = read_flight(tmp_path / "rank_0.flight")
+    assert [r["end"] is None for r in records] == [True, False, True]
+    assert records[1]["duration"] >= 0
+    assert first.is_completed()  # polled, never waited for
+    assert [r["end"] is None for r in read_flight(tmp_path / "rank_0.flight")] == [False, False, True]
+    assert recorder.completed == [2]
+    assert first.wait()  # seen again: counted once
+    assert recorder.completed == [2]
+
+
+def test_an_asynchronous_call_whose_end_cannot_be_seen_or_without_work(tmp_path: Path) -> None:
+    hooks = load_hooks()
+    recorder = hooks.FlightRecorder(str(tmp_path / "f"))
+    recorder.begin(b"all_reduce", None, Tensor(1))
+    recorder.end_with(object(), 0)  # a class that cannot be wrapped: issued, its end not seen
+    recorder.begin(b"all_reduce", None, Tensor(1))
+    recorder.end_with(None, 1)  # a rank outside the group: nothing was issued
+    unseen, outside = read_flight(tmp_path / "f")
+    assert unseen["end"] == "async"
+    assert isinstance(outside["end"], float)
+
+
+def test_a_work_freed_unwaited_leaves_its_record_unseen_when_its_id_comes_again(tmp_path: Path) -> None:
+    hooks = load_hooks()
+    recorder = hooks.FlightRecorder(str(tmp_path / "f"))
+    work = Work()
+    for n in range(2):  # the same id twice: the first work is gone
+        recorder.begin(b"all_reduce", None, Tensor(1))
+        recorder.end_with(work, n)
+    work.done = True
+    work.wait()
+    freed, waited = read_flight(tmp_path / "f")
+    assert freed["end"] == "async"
+    assert isinstance(waited["end"], float)
+
+
+def test_works_kept_and_never_waited_for_are_followed_up_to_a_bound(tmp_path: Path) -> None:
+    hooks = load_hooks()
+    recorder = hooks.FlightRecorder(str(tmp_path / "f"))
+    works = [Work() for _ in range(hooks._MAX_PENDING + 1)]
+    for n, work in enumerate(works):
+        recorder.begin(b"all_reduce", None, Tensor(1))
+        recorder.end_with(work, n)
+    assert len(recorder.pending) == hooks._MAX_PENDING
+    assert id(works[0]) not in recorder.pending  # the oldest is forgotten (its slot long reused here)
+    works[-1].done = True
+    assert works[-1].is_completed()
+    assert isinstance(read_flight(tmp_path / "f")[-1]["end"], float)
+
+
+def test_a_late_completion_does_not_stamp_a_slot_the_ring_gave_to_a_newer_call(tmp_path: Path) -> None:
+    hooks = load_hooks()
+    recorder = hooks.FlightRecorder(str(tmp_path / "f"))
+    late = Work()
+    recorder.begin(b"all_reduce", None, Tensor(1))
+    recorder.end_with(late, 0)
+    for _ in range(hooks.SLOTS - 1):
+        recorder.end(recorder.begin(b"broadcast", None, Tensor(1)), False)
+    recorder.begin(b"barrier", None, None)  # takes the all_reduce's slot, and waits
+    late.done = True
+    late.wait()
+    records = read_flight(tmp_path / "f")
+    assert records[-1]["op"] == "barrier"
+    assert records[-1]["end"] is None
+    assert recorder.completed == [1]  # the completion still counts as progress
 
 
 def test_a_call_that_never_returns_stays_in_flight_and_the_ring_keeps_the_last(tmp_path: Path) -> None:

@@ -74,3 +74,44 @@ def test_text_shows_the_same_plan_after_the_resolved_job(job: Path, capsys: pyte
 def test_json_without_dry_run_is_a_usage_error(job: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["run", "--json", str(job)]) == 2
     assert "--json prints the plan of --dry-run" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("backend_from", ["flag", "environment"])
+def test_rdzv_endpoint_reads_and_validates_the_job_file_once(
+    job: Path,
+    tmp_path: Path,
+    backend_from: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # The endpoint's key depends on the backend; the job used to be loaded a second time to set it.
+    from rallypoint.core import config
+    from rallypoint.core.config import loader
+
+    reads: list[Path] = []
+    loads: list[object] = []
+    read_toml, load_job_config = loader._read_toml, config.load_job_config
+    monkeypatch.setattr(loader, "_read_toml", lambda path: reads.append(path) or read_toml(path))
+    monkeypatch.setattr(config, "load_job_config", lambda *a, **k: loads.append(a) or load_job_config(*a, **k))
+    flags = ["--rdzv-backend", "file"]
+    if backend_from == "environment":
+        monkeypatch.setenv("RALLYPOINT_RENDEZVOUS_BACKEND", "file")
+        flags = []
+    endpoint = str(tmp_path / "rdzv")
+    assert main(["run", "--dry-run", "--json", *flags, "--rdzv-endpoint", endpoint, str(job)]) == 0
+    assert (len(reads), len(loads)) == (1, 1)
+    out = json.loads(capsys.readouterr().out)
+    assert out["config"]["rendezvous"]["backend"] == "file"
+    options = {k for k, v in out["sources"].items() if k.startswith("rendezvous.options.") and v != "default"}
+    assert [out["sources"][k] for k in options] == ["--rdzv-endpoint (command line)"]
+    assert out["config"]["rendezvous"]["options"][options.pop().rpartition(".")[2]] == endpoint
+
+
+def test_rdzv_endpoint_with_an_unknown_backend_names_the_backend_once(
+    job: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(["run", "--dry-run", "--rdzv-backend", "nosuch", "--rdzv-endpoint", str(tmp_path), str(job)])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.count("nosuch") >= 1
+    assert "rdzv-endpoint" not in err

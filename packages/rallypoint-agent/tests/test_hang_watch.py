@@ -160,6 +160,34 @@ def test_any_worker_that_starts_or_completes_a_collective_is_progress(tmp_path: 
     assert node.watch.explain(WorkerExit(1, 1001, 1, 0.0, 1.0)) is None  # not a hang
 
 
+class Work:
+    """An asynchronous call's work handle (the hooks wrap its class's wait and is_completed)."""
+
+    def wait(self) -> bool:
+        return True
+
+    def is_completed(self) -> bool:
+        return True
+
+
+def test_an_asynchronous_collective_that_completes_behind_a_later_one_is_progress(tmp_path: Path) -> None:
+    node = Node(tmp_path, MemoryBackend(tmp_path.name))
+    flight = node.flights[1]
+    node.collective(0)
+    work = Work()
+    flight.begin(b"all_reduce", None, Tensor())  # async_op=True: it returned its work
+    flight.end_with(work, flight.count - 1)
+    flight.begin(b"barrier", None, None)  # then a call that waits (its record is the last one)
+    node.tick(4)
+    node.tick(4)
+    work.wait()  # the all_reduce is waited for 8 s later (another thread): not the last record, still progress
+    node.tick(0.5)
+    node.tick(4)
+    assert node.group.signals == []
+    node.tick(1)  # 5.5 s since
+    assert node.group.signals == [signal.SIGKILL]
+
+
 def test_a_progress_file_that_grows_is_progress_without_any_collective(tmp_path: Path) -> None:
     # a ProgressFile (the timer's timeline) of rank 1: a worker writing events is not hung
     timeline = tmp_path / "rank_1.jsonl"
@@ -241,20 +269,28 @@ def test_a_node_that_did_not_claim_answers_with_the_claimers_diagnosis_or_none_a
     assert json.loads(answer.read_text()) == {"diagnosis": ""}
 
 
-def test_the_flight_mark_reads_two_words_of_the_worker_file(tmp_path: Path) -> None:
+def test_the_flight_mark_reads_the_header_and_the_last_end_of_the_worker_file(tmp_path: Path) -> None:
     hooks = load_hooks()
     path = tmp_path / "rank_0.flight"
     mark = FlightMark(path)
-    assert mark.read() == (0, 0.0)  # no file yet
+    assert mark.read() == (0, 0, 0.0)  # no file yet
     recorder = hooks.FlightRecorder(str(path))
-    assert mark.read() == (0, 0.0)
+    assert mark.read() == (0, 0, 0.0)
+    done = 0
     for n in range(1, 70):  # past the ring's end
         offset = recorder.begin(b"all_reduce", None, Tensor())
-        assert mark.read() == (n, 0.0)  # started, not completed
-        recorder.end(offset, n % 2 == 0)
-        count, end = mark.read()
-        assert count == n
-        assert end == -1.0 if n % 2 == 0 else end > 0
+        assert mark.read() == (n, done, 0.0)  # started, not completed
+        if n % 3 == 0:  # asynchronous, its work waited for at once
+            work = Work()
+            recorder.end_with(work, n - 1)
+            assert mark.read() == (n, done, 0.0)
+            work.wait()
+            done += 1
+        else:
+            recorder.end(offset, n % 3 == 1)
+        count, completed, end = mark.read()
+        assert (count, completed) == (n, done)
+        assert end == -1.0 if n % 3 == 1 else end > 0
     mark.close()
 
 

@@ -3,9 +3,10 @@
 Core declares no kind of plugin to write: the made-up ``acme-widgets`` declares ``widget-backend``
 (``rallypoint_plugin_templates``) and ships its templates, as every subsystem does. What the
 generated plugins of the real kinds do once installed (their tests, a job selecting them) is
-checked in a fresh virtual environment by ``test_authoring_install.py`` and which package
-declares each kind by ``integration-tests/test_plugin_kinds.py``; here: what is written, and what
-the checker finds in distributions made to be wrong.
+checked in a fresh virtual environment by the meta-package's tests
+(``packages/rallypoint/tests/test_authoring_install.py``) and which package declares each kind by
+``integration-tests/test_plugin_kinds.py``; here: what is written, and what the checker finds in
+distributions made to be wrong.
 """
 
 from __future__ import annotations

@@ -19,7 +19,9 @@ import pytest
 from tools.bench import page
 from tools.bench.results import RESULTS_DIR, ResultsError, load_all, load_family, parse_figure, target_met
 
-FAMILIES = {"rendezvous", "agent", "warm_workers", "collectives", "rpc", "autograd", "faults", "grpc_server_scale"}
+FAMILIES = {
+    "rendezvous", "agent", "warm_workers", "collectives", "rpc", "autograd", "debug", "faults", "grpc_server_scale",
+}  # fmt: skip
 
 
 def test_the_page_and_its_charts_are_what_the_stored_results_give() -> None:

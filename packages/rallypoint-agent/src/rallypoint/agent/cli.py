@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -145,18 +145,32 @@ def _load(
     rdzv_endpoint: str | None,
     pm: RallypointPluginManager,
 ) -> LoadedConfig:
-    """Load the job (file, ``RALLYPOINT_*``, flags; ``overrides`` applied in order, last wins)."""
+    """Load the job (file, ``RALLYPOINT_*``, flags; ``overrides`` applied in order, last wins), once."""
     from rallypoint.core.config import load_job_config
+
+    given = [o for o in overrides if o[1] is not None]
+    derived = None if rdzv_endpoint is None else _endpoint_for_backend(rdzv_endpoint, pm)
+    return load_job_config(job_file, pm, overrides=given, derived=derived)
+
+
+def _endpoint_for_backend(
+    endpoint: str, pm: RallypointPluginManager
+) -> Callable[[Mapping[str, Any]], list[tuple[str, Any, str]]]:
+    """``--rdzv-endpoint`` as a derived override: the option it sets is the selected backend's."""
     from rallypoint.rendezvous.config import RendezvousSection
     from rallypoint.rendezvous.records import RENDEZVOUS_BACKENDS
 
-    given = [o for o in overrides if o[1] is not None]
-    loaded = load_job_config(job_file, pm, overrides=given)
-    backend = loaded.section(RendezvousSection).backend
-    # which option the endpoint sets depends on the backend; resolution names an unknown one, and where it was set
-    if rdzv_endpoint is not None and backend in pm.registry(RENDEZVOUS_BACKENDS).names():
-        loaded = load_job_config(job_file, pm, overrides=[*given, _endpoint_override(backend, rdzv_endpoint, pm)])
-    return loaded
+    default = RendezvousSection.model_fields["backend"].default
+
+    def override(values: Mapping[str, Any]) -> list[tuple[str, Any, str]]:
+        section = values.get("rendezvous", {})
+        backend = section.get("backend", default) if isinstance(section, Mapping) else None
+        # an unknown or malformed backend: no override; validation or resolution names it, and where it was set
+        if not isinstance(backend, str) or backend not in pm.registry(RENDEZVOUS_BACKENDS).names():
+            return []
+        return [_endpoint_override(backend, endpoint, pm)]
+
+    return override
 
 
 def _resolve(

@@ -1,7 +1,7 @@
 """Reading a worker's collective flight record (written by :mod:`rallypoint.agent.debug_hooks`).
 
 :func:`read_flight` reads every record (for a report); :class:`FlightMark` reads only how far
-the record got (two reads of 8 bytes), for a check that runs every monitor interval.
+the record got (two short reads), for a check that runs every monitor interval.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ __all__ = ["FlightMark", "read_flight"]
 
 # the layout of debug_hooks.py (which the agent does not import: it is the workers' file)
 _SLOT = struct.Struct("<qdd16s16s24sq6q")
-_HEADER = struct.Struct("<q")
+_HEADER = struct.Struct("<qq")  # records ever written, asynchronous calls ever completed
 _HEADER_SIZE = 64
 #: Where a record's end time is, from the start of its slot (after ``seq`` and ``start``).
 _END_OFFSET = 16
@@ -31,8 +31,9 @@ def read_flight(path: Path) -> list[dict[str, Any]]:
     """The records of a flight file, oldest first; ``[]`` when there is none (not a Python worker).
 
     Each record: ``seq`` (per group), ``op``, ``dtype``, ``shape`` (list), ``group``, ``start``
-    (epoch seconds), ``end`` (epoch seconds; ``None`` while it runs; ``"async"`` when it returned a
-    work handle), ``duration`` (seconds, or ``None``).
+    (epoch seconds), ``end`` (epoch seconds; ``None`` until it completes, a call started with
+    ``async_op=True`` included; ``"async"`` when it returned a work handle whose completion cannot
+    be seen), ``duration`` (seconds, or ``None``).
     """
     try:
         data = path.read_bytes()
@@ -40,7 +41,7 @@ def read_flight(path: Path) -> list[dict[str, Any]]:
         return []
     if len(data) < _HEADER_SIZE:
         return []
-    (count,) = _HEADER.unpack_from(data, 0)
+    count, _ = _HEADER.unpack_from(data, 0)
     slots = (len(data) - _HEADER_SIZE) // _SLOT.size
     if slots <= 0 or count <= 0:
         return []
@@ -66,11 +67,12 @@ def read_flight(path: Path) -> list[dict[str, Any]]:
 
 
 class FlightMark:
-    """How far one worker's flight record got: ``(records written, end time of the last one)``.
+    """How far one worker's flight record got: records written, asynchronous calls completed, last end.
 
-    The pair changes when the worker starts a collective and when its last one completes (or
-    returns its work handle), so an unchanged pair means no collective progress. Each
-    :meth:`read` is two ``pread`` calls of 8 bytes on a descriptor kept open (the file is mapped
+    The triple changes when the worker starts a collective, when its last one completes (or
+    returns a work handle whose end is not seen) and when any asynchronous one completes, so an
+    unchanged triple means no collective progress. Each :meth:`read` is two ``pread`` calls (the
+    header's 16 bytes, the last slot's end time) on a descriptor kept open (the file is mapped
     by the worker and may be re-created by a later round: the descriptor follows the inode, and a
     short read is taken as "nothing yet"); no file is read whole.
 
@@ -97,20 +99,20 @@ class FlightMark:
         self._fd, self._slots = fd, slots
         return fd
 
-    def read(self) -> tuple[int, float]:
-        """``(records written, end time of the last one)``; ``(0, 0.0)`` before the first."""
+    def read(self) -> tuple[int, int, float]:
+        """``(records written, asynchronous calls completed, end time of the last record)``; zeros before the first."""
         fd = self._open()
         if fd is None:
-            return 0, 0.0
+            return 0, 0, 0.0
         try:
             head = os.pread(fd, _HEADER.size, 0)
-            (count,) = _HEADER.unpack(head) if len(head) == _HEADER.size else (0,)
+            count, done = _HEADER.unpack(head) if len(head) == _HEADER.size else (0, 0)
             if count <= 0:
-                return 0, 0.0
+                return 0, 0, 0.0
             raw = os.pread(fd, _END.size, _HEADER_SIZE + ((count - 1) % self._slots) * _SLOT.size + _END_OFFSET)
         except OSError:
-            return 0, 0.0
-        return count, _END.unpack(raw)[0] if len(raw) == _END.size else 0.0
+            return 0, 0, 0.0
+        return count, done, _END.unpack(raw)[0] if len(raw) == _END.size else 0.0
 
     def close(self) -> None:
         """Close the descriptor (a later :meth:`read` opens the file again)."""

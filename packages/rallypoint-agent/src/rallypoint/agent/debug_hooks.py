@@ -17,13 +17,17 @@ when the agent gives the worker ``RALLYPOINT_WORKER_DEBUG_DIR``. Two things are 
   time. The agent reads the file without the worker's help, whatever the worker is doing.
 
 The file layout (shared with :mod:`rallypoint.agent.debug_flight`): a header of
-:data:`HEADER_SIZE` bytes (``<q``: how many records were ever written), then :data:`SLOTS` slots of
-:data:`SLOT.size` bytes. A record's end time is ``0.0`` while the call runs, and ``-1.0`` when
-it was started asynchronously (``async_op=True``) and returned its work handle.
+:data:`HEADER_SIZE` bytes (``<q`` at 0: how many records were ever written; ``<q`` at
+:data:`ASYNC_DONE`: how many asynchronous calls ever completed), then :data:`SLOTS` slots of
+:data:`SLOT.size` bytes. A record's end time is ``0.0`` until the call completes: a call started
+with ``async_op=True`` completes when its work is seen complete (its ``wait()`` returns or its
+``is_completed()`` says so, see :meth:`FlightRecorder.end_with`). Its end is ``-1.0`` when that
+cannot be seen.
 """
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import functools
 import mmap
@@ -35,7 +39,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["DUMP_SIGNAL", "HEADER_SIZE", "SLOT", "SLOTS", "install", "open_stacks"]
+__all__ = ["ASYNC_DONE", "DUMP_SIGNAL", "HEADER_SIZE", "SLOT", "SLOTS", "install", "open_stacks"]
 
 #: The signal a worker dumps its threads' stacks on (SIGRTMIN+5: no library here uses it).
 DUMP_SIGNAL = signal.SIGRTMIN + 5
@@ -45,6 +49,8 @@ SLOTS = 64
 SLOT = struct.Struct("<qdd16s16s24sq6q")
 HEADER = struct.Struct("<q")
 HEADER_SIZE = 64
+#: Where the header counts the asynchronous calls that completed (the agent's progress check reads it).
+ASYNC_DONE = 8
 
 #: torch.distributed calls recorded (those that exist in the installed torch).
 COLLECTIVES = (
@@ -104,6 +110,9 @@ class FlightRecorder:
         finally:
             os.close(fd)
         self.counter = [0]  # records ever written (a list: the wrappers share and update it in place)
+        self.completed = [0]  # asynchronous calls that completed (likewise)
+        self.pending: dict[int, int] = {}  # id(work) -> its record's index, until the work is seen complete
+        self.watched: dict[type, bool] = {}  # work classes: whether their wait and is_completed end records
         self.groups: dict[int, list[Any]] = {}  # id(group) -> [name bytes, next seq]
 
     @property
@@ -129,8 +138,87 @@ class FlightRecorder:
         return offset
 
     def end(self, offset: int, issued: bool) -> None:
-        """The call at ``offset`` returned (``issued``: it only started asynchronous work)."""
+        """The call at ``offset`` returned (``issued``: it started asynchronous work whose end is not seen)."""
         _pack_time(self.buf, offset + _END, -1.0 if issued else time.time())
+
+    def end_with(self, work: Any, count: int) -> None:
+        """The asynchronous call of record ``count`` (its index) returned ``work``: it completes with the work.
+
+        The record completes when the work is seen complete in this process: its ``wait()``
+        returns, or its ``is_completed()`` answers ``True`` (the facade's waits included). The
+        work's class gets both methods wrapped once (:func:`_watch_work_class`); nothing runs on
+        the thread that completes the work (a Python callback there would make Gloo's thread
+        take the GIL: about 7 us more per call, measured). A rank outside the group got no work
+        (nothing was issued): completed now. A work whose class cannot be wrapped is marked
+        ``-1.0``, issued with its end unseen.
+        """
+        if work is None:
+            _pack_time(self.buf, HEADER_SIZE + (count & _MASK) * _SLOT_SIZE + _END, time.time())
+            return
+        cls = type(work)
+        watched = self.watched.get(cls)
+        if watched is None:
+            try:
+                _watch_work_class(cls, self)
+                watched = True
+            except (AttributeError, TypeError):  # a built-in or frozen class: the end is not seen
+                watched = False
+            self.watched[cls] = watched
+        if not watched:
+            _pack_time(self.buf, HEADER_SIZE + (count & _MASK) * _SLOT_SIZE + _END, -1.0)
+            return
+        pending = self.pending
+        replaced = pending.pop(id(work), None)
+        if replaced is not None:  # that work was freed unwaited (its id is reused): its end is not seen
+            self.finish(replaced, -1.0)
+        elif len(pending) >= _MAX_PENDING:  # works kept and never waited for: forget the oldest
+            with contextlib.suppress(RuntimeError, KeyError, StopIteration):  # another thread changed it meanwhile
+                self.finish(pending.pop(next(iter(pending))), -1.0)
+        pending[id(work)] = count
+
+    def finish(self, count: int, end: float) -> None:
+        """Stamp record ``count``'s end (unless the ring gave its slot to a newer call), and count it done."""
+        if self.counter[0] - count <= SLOTS:
+            _pack_time(self.buf, HEADER_SIZE + (count & _MASK) * _SLOT_SIZE + _END, end)
+        if end > 0:
+            completed = self.completed
+            completed[0] += 1
+            _pack_header(self.buf, ASYNC_DONE, completed[0])
+
+
+def _watch_work_class(cls: type, recorder: FlightRecorder) -> None:
+    """Wrap ``cls.wait`` and ``cls.is_completed`` so that a recorded work seen complete ends its record.
+
+    Raises:
+        AttributeError, TypeError: the class has no such methods, or cannot be changed.
+    """
+    wait, is_completed = cls.wait, cls.is_completed  # type: ignore[attr-defined]
+    pending, finish, now = recorder.pending, recorder.finish, time.time
+
+    @functools.wraps(wait)
+    def watched_wait(self: Any, *args: Any, **kwargs: Any) -> Any:
+        result = wait(self, *args, **kwargs)  # raises on a timeout or an error: still in flight
+        if pending:
+            count = pending.pop(id(self), None)
+            if count is not None:
+                finish(count, now())
+        return result
+
+    @functools.wraps(is_completed)
+    def watched_is_completed(self: Any) -> Any:
+        done = is_completed(self)
+        if done and pending:
+            count = pending.pop(id(self), None)
+            if count is not None:
+                finish(count, now())
+        return done
+
+    cls.wait = watched_wait  # type: ignore[attr-defined]
+    try:
+        cls.is_completed = watched_is_completed  # type: ignore[attr-defined]
+    except (AttributeError, TypeError):
+        cls.wait = wait  # type: ignore[attr-defined]
+        raise
 
 
 _pack = SLOT.pack_into
@@ -141,6 +229,7 @@ _DTYPES: dict[Any, bytes] = {}
 _MASK = SLOTS - 1  # SLOTS is a power of two
 _SLOT_SIZE = SLOT.size
 _END = 16  # a record's end time, from the start of its slot
+_MAX_PENDING = 1024  # asynchronous works followed at most (kept and never waited for: the oldest is forgotten)
 #: What the first argument of each call is: 0 no tensor (a group, objects), 2 a list of tensors, else 1 a tensor.
 _FIRST = {"barrier": 0, "all_gather_object": 0, "broadcast_object_list": 0, "all_gather": 2, "all_to_all": 2}
 
@@ -190,6 +279,7 @@ def _wrap(recorder: FlightRecorder, name: str, fn: Callable[..., Any]) -> Callab
     first = _FIRST.get(name, 1)
     buf, groups, counter, now = recorder.buf, recorder.groups, recorder.counter, time.time
     pack, pack_header, pack_time, dtypes = _pack, _pack_header, _pack_time, _DTYPES
+    end_with, watched, pending = recorder.end_with, recorder.watched, recorder.pending
 
     @functools.wraps(fn)
     def recorded(*args: Any, **kwargs: Any) -> Any:
@@ -220,7 +310,13 @@ def _wrap(recorder: FlightRecorder, name: str, fn: Callable[..., Any]) -> Callab
                 _pack_slot(buf, offset, seq, now(), op, dtype, g[0], shape)
         pack_header(buf, 0, count + 1)
         result = fn(*args, **kwargs)
-        pack_time(buf, offset + _END, -1.0 if (args[ai] if n > ai else kwargs.get("async_op")) else now())
+        if args[ai] if n > ai else kwargs.get("async_op"):
+            if watched.get(type(result)) and id(result) not in pending and len(pending) < _MAX_PENDING:
+                pending[id(result)] = count  # the common case, as end_with does it
+            else:
+                end_with(result, count)
+        else:
+            pack_time(buf, offset + _END, now())
         return result
 
     recorded.__rallypoint_recorded__ = True  # type: ignore[attr-defined]

@@ -1,7 +1,7 @@
 """Hangs the agent notices on its own: no progress for ``[debug] hang_timeout``, or a worker's CollectiveTimeout.
 
 The agent's monitor calls :meth:`HangWatch.check` once per ``monitor_interval``. A check that
-finds nothing costs a few system calls: per running worker, two 8-byte reads of its flight
+finds nothing costs a few system calls: per running worker, two short reads of its flight
 record's header and last slot (:class:`~rallypoint.agent.debug_flight.FlightMark`) and the size
 of its progress files (:class:`~rallypoint.core.config.ProgressFile`: ``[timer] timeline``);
 and one ``stat`` of the workers' debug directory, where a worker that raised
@@ -72,17 +72,17 @@ class _Worker:
     def __init__(self, flight: Path, files: Sequence[Path]) -> None:
         self.flight = FlightMark(flight)
         self.files = tuple(files)
-        self.last: tuple[int, float, int] | None = None
+        self.last: tuple[int, int, float, int] | None = None
 
     def moved(self) -> bool:
         """Whether it progressed since the last call (a first collective or event is progress)."""
-        count, end = self.flight.read()
+        count, done, end = self.flight.read()
         size = 0
         for path in self.files:
             with contextlib.suppress(OSError):
                 size += os.stat(path).st_size
-        mark = (count, end, size)
-        moved = mark != (self.last or (0, 0.0, 0))
+        mark = (count, done, end, size)
+        moved = mark != (self.last or (0, 0, 0.0, 0))
         self.last = mark
         return moved
 

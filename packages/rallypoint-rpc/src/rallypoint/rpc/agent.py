@@ -3,13 +3,13 @@
 :class:`RpcAgent` is transport-agnostic: it turns calls into frames (:mod:`~rallypoint.rpc.wire`),
 hands them to its :class:`~rallypoint.rpc.transport.RpcTransport`, and runs what arrives through
 :meth:`RpcAgent.handle`. Several agents may live in one process (tests do this); the module-level
-API (:mod:`rallypoint.rpc.api`) uses the process's agent, or the one running the current call.
+API (:mod:`rallypoint.rpc.api`) uses the process's agent, or the one running the current call
+(:mod:`~rallypoint.rpc.current`, set here while a call runs).
 """
 
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import itertools
 import logging
 import queue
@@ -20,20 +20,19 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, cast
 
+from rallypoint.rpc.current import CURRENT_AGENT
 from rallypoint.rpc.errors import RpcError, RpcRefused, RpcTimeout, SerializationError, WorkerUnavailable
 from rallypoint.rpc.exposure import Exposure
 from rallypoint.rpc.functions import Pending, pending
 from rallypoint.rpc.futures import Future
 from rallypoint.rpc.refs import HolderTable, OwnerTable
 from rallypoint.rpc.remote_errors import describe_exception, rebuild_exception
-from rallypoint.rpc.serialization import Decoder, Encoder, dumps_tree, loads_tree
+from rallypoint.rpc.serialization import Decoder, Encoder, attach_reference, dumps_tree, loads_tree
 from rallypoint.rpc.transport import Handler, RpcTransport, TransportError, TransportRefused, TransportTimeout
 from rallypoint.rpc.wire import pack_parts, unpack
 
-__all__ = ["CURRENT_AGENT", "RpcAgent", "WorkerInfo"]
+__all__ = ["RpcAgent", "WorkerInfo"]
 
-#: The agent running the call in progress in this thread (set by :meth:`RpcAgent.handle`).
-CURRENT_AGENT: contextvars.ContextVar[RpcAgent | None] = contextvars.ContextVar("rallypoint_rpc_agent", default=None)
 _VERSION = 1
 #: Seconds the agent's thread gathers collected RRefs before it gives their credits back (one
 #: message per owner for all of them).
@@ -294,16 +293,11 @@ class RpcAgent:
         """A fresh id, unique in the group: ``<rank>.<counter>``."""
         return f"{self.info.id}.{next(self._ids)}"
 
-    def make_rref(self, rref_id: str, owner: str, creation: Future[Any] | None = None) -> Any:
-        """A local RRef object for ``rref_id`` owned by ``owner``, carrying one credit."""
-        from rallypoint.rpc.rref import RRef
-
-        return RRef._attach(self, rref_id, self.worker(owner), creation)
-
     def _received_rref(self, rref_id: str, owner: str) -> Any:
+        """A local RRef object for a received ``rref_id`` owned by ``owner``, carrying one credit."""
         if owner not in self.peers:
             raise SerializationError(f"{self.info.name} received an RRef owned by unknown worker {owner!r}")
-        return self.make_rref(rref_id, owner)
+        return attach_reference(self, rref_id, self.peers[owner])
 
     def _received_grad(self, value: Any, tag: Any) -> Any:
         from rallypoint.rpc.autograd import received

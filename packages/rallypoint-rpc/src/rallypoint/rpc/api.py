@@ -11,15 +11,19 @@ import warnings
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
-from rallypoint.rpc.agent import CURRENT_AGENT, RpcAgent, WorkerInfo
+from rallypoint.rpc import current
+from rallypoint.rpc.agent import RpcAgent, WorkerInfo
 from rallypoint.rpc.backend_options import TensorPipeRpcBackendOptions, merge_backend_options
+from rallypoint.rpc.calls import call_async, call_sync
+from rallypoint.rpc.current import use_agent
 from rallypoint.rpc.errors import RpcError
 from rallypoint.rpc.exposure import Exposure, callable_path
 from rallypoint.rpc.futures import Future
-from rallypoint.rpc.gradctx import tag
 from rallypoint.rpc.group import StoreGroup
 from rallypoint.rpc.options import RpcOptions, transport_factory
-from rallypoint.rpc.rref import RRef
+from rallypoint.rpc.rref import RRef, remote_call
+from rallypoint.rpc.torch_futures import install as install_torch_futures
+from rallypoint.rpc.torch_futures import uninstall as uninstall_torch_futures
 
 __all__ = [
     "current_agent",
@@ -30,20 +34,23 @@ __all__ = [
     "rpc_async",
     "rpc_sync",
     "shutdown",
+    "use_agent",
 ]
 
 log = logging.getLogger("rallypoint.rpc")
 T = TypeVar("T")
 _NAME = re.compile(r"^[A-Za-z0-9_:.-]{1,127}$")
-_STATE: dict[str, Any] = {"agent": None, "group": None}
+_STATE: dict[str, Any] = {"group": None}  # the process's agent: rallypoint.rpc.current
 _LOCK = threading.Lock()
 
 
 def current_agent() -> RpcAgent:
-    """The agent of this process (or the one running the current incoming call)."""
-    agent = CURRENT_AGENT.get() or _STATE["agent"]
-    if agent is None:
-        raise RpcError("RPC is not initialized in this process: call rallypoint.rpc.init_rpc(name) first")
+    """The agent of this process (or the one running the current incoming call).
+
+    Raises:
+        RpcError: RPC is not initialized in this process.
+    """
+    agent: RpcAgent = current.current_agent()
     return agent
 
 
@@ -93,8 +100,8 @@ def init_rpc(
     base = options if options is not None else RpcOptions.from_environment(env)
     opts = merge_backend_options(base, backend, rpc_backend_options)
     with _LOCK:
-        if _STATE["agent"] is not None:
-            raise RpcError(f"init_rpc called twice in this process (already {_STATE['agent'].info.name})")
+        if current.installed() is not None:
+            raise RpcError(f"init_rpc called twice in this process (already {current.installed().info.name})")
         if opts.serializer == "pickle":
             message = (
                 f"RPC worker {name} uses the pickle serializer ({opts.source}): any peer holding the job's token "
@@ -119,7 +126,10 @@ def init_rpc(
         except BaseException:
             agent.close()  # no server left behind by a failed join
             raise
-        _STATE.update(agent=agent, group=group)
+        current.set_installed(agent)
+        _STATE.update(group=group)
+        if opts.mode == "torch":
+            install_torch_futures()  # torch.futures.wait_all(futs) of rpc_async's futures works unchanged
 
 
 def shutdown(graceful: bool = True, timeout: float = 0) -> None:
@@ -134,7 +144,8 @@ def shutdown(graceful: bool = True, timeout: float = 0) -> None:
         timeout: seconds for each wait (``0``: no limit).
     """
     with _LOCK:
-        agent, group = _STATE["agent"], _STATE["group"]
+        agent: RpcAgent | None = current.installed()
+        group = _STATE["group"]
         if agent is None:
             return
         left_together = False
@@ -151,7 +162,9 @@ def shutdown(graceful: bool = True, timeout: float = 0) -> None:
                 group.barrier("stopping", limit, agent.dead)
                 left_together = True
         finally:
-            _STATE.update(agent=None, group=None)
+            current.set_installed(None)
+            _STATE.update(group=None)
+            uninstall_torch_futures()
             agent.close()
             if left_together:
                 group.close()
@@ -184,13 +197,7 @@ def rpc_async(
         kwargs: keyword arguments (the same kinds of values).
         timeout: seconds (``None``: the default; ``0``: none).
     """
-    agent = current_agent()
-    peer = agent.worker(to)
-    path = callable_path(func)
-    values = {"args": list(args or ()), "kwargs": dict(kwargs or {})}
-    header = {"op": "call", "fn": path}
-    tag(agent, peer.name, header)
-    return agent.send(peer, header, values, timeout, f"{peer.name}:{path}")
+    return call_async(current_agent(), to, func, args, kwargs, timeout)
 
 
 def rpc_sync(
@@ -201,30 +208,7 @@ def rpc_sync(
     timeout: float | None = None,
 ) -> T:
     """Run ``func(*args, **kwargs)`` on ``to`` and return its result (see :func:`rpc_async`)."""
-    agent = current_agent()
-    peer = agent.worker(to)
-    path = callable_path(func)
-    values = {"args": list(args or ()), "kwargs": dict(kwargs or {})}
-    header = {"op": "call", "fn": path}
-    tag(agent, peer.name, header)
-    result: T = agent.call(peer, header, values, timeout, f"{peer.name}:{path}")
-    return result
-
-
-def _remote_call(
-    agent: RpcAgent,
-    peer: WorkerInfo,
-    header: dict[str, Any],
-    args: Any,
-    kwargs: Any,
-    timeout: float | None,
-    what: str,
-) -> RRef[Any]:
-    new_id = agent.new_rref_id()
-    header.update(op="remote", new=new_id)
-    tag(agent, peer.name, header)
-    creation = agent.send(peer, header, {"args": list(args or ()), "kwargs": dict(kwargs or {})}, timeout, what)
-    return agent.make_rref(new_id, peer.name, creation)  # type: ignore[no-any-return]
+    return call_sync(current_agent(), to, func, args, kwargs, timeout)
 
 
 def remote(
@@ -242,19 +226,4 @@ def remote(
     agent = current_agent()
     peer = agent.worker(to)
     path = callable_path(func)
-    return _remote_call(agent, peer, {"fn": path}, args, kwargs, timeout, f"{peer.name}:{path}")
-
-
-class use_agent:
-    """Make ``agent`` the current one in this thread (several agents in one process, as in tests)."""
-
-    def __init__(self, agent: RpcAgent) -> None:
-        self._agent = agent
-        self._token: Any = None
-
-    def __enter__(self) -> RpcAgent:
-        self._token = CURRENT_AGENT.set(self._agent)
-        return self._agent
-
-    def __exit__(self, *exc: object) -> None:
-        CURRENT_AGENT.reset(self._token)
+    return remote_call(agent, peer, {"fn": path}, args, kwargs, timeout, f"{peer.name}:{path}")

@@ -36,6 +36,7 @@ from typing import Any
 
 import torch
 
+from rallypoint.rpc.current import current_agent
 from rallypoint.rpc.errors import RpcError, SerializationError, WorkerUnavailable
 from rallypoint.rpc.gradctx import ACTIVE, Active
 
@@ -221,12 +222,6 @@ def table(agent: Any) -> ContextTable:
         return found
 
 
-def _agent() -> Any:
-    from rallypoint.rpc.api import current_agent
-
-    return current_agent()
-
-
 # ------------------------------------------------------------------------------------------ API
 @contextlib.contextmanager
 def context() -> Iterator[int]:
@@ -235,7 +230,7 @@ def context() -> Iterator[int]:
     RPCs sent in the block (and the calls they make in turn) record the tensors requiring grad
     that they carry. On exit the context is released on every worker it reached.
     """
-    agent = _agent()
+    agent = current_agent()
     contexts = table(agent)
     ctx = contexts.new()
     token = ACTIVE.set(Active(agent, ctx))
@@ -253,7 +248,7 @@ def lending_grad() -> Iterator[None]:
     For code that places a context's gradients in ``.grad`` for a while (an optimizer's step)
     and puts the previous ones back before it leaves the block.
     """
-    with table(_agent()).grad_lock:
+    with table(current_agent()).grad_lock:
         yield
 
 
@@ -263,7 +258,7 @@ def get_gradients(context_id: int) -> dict[torch.Tensor, torch.Tensor]:
     Raises:
         RpcError: the context is unknown on this worker, or released.
     """
-    ctx = table(_agent()).get(context_id)
+    ctx = table(current_agent()).get(context_id)
     with ctx.lock:
         return dict(ctx.grads)
 
@@ -281,7 +276,7 @@ def backward(context_id: int, roots: Sequence[torch.Tensor], retain_graph: bool 
             it, and the context is released on every worker).
     """
     del retain_graph
-    agent = _agent()
+    agent = current_agent()
     contexts = table(agent)
     ctx = contexts.get(context_id)
     tensors = list(roots)
@@ -518,12 +513,6 @@ def _send_gradient(ctx: DistContext, sender: str, send_id: int, grad: torch.Tens
 
 
 # ------------------------------------------------------------------------ hooks of the agent
-def record_sent(active: Active, tensor: torch.Tensor) -> list[Any]:
-    """The encoder sends ``tensor`` (it requires grad) in the active context: its ``ad`` tag."""
-    ctx: DistContext = active.context
-    return [ctx.id, active.agent.info.name, ctx.record_send(tensor)]
-
-
 def received(agent: Any, value: torch.Tensor, tag: Any) -> torch.Tensor:
     """A tensor received with an ``ad`` tag: wrapped in a recv node of its context."""
     if (

@@ -26,6 +26,15 @@ class Active:
         """The context's id."""
         return int(self.context.id)
 
+    def record(self, tensor: Any) -> list[Any]:
+        """The encoder sends ``tensor`` (it requires grad) in this context: its ``ad`` tag.
+
+        The context keeps the tensor, with its graph, for the backward pass (``record_send`` of
+        :class:`rallypoint.rpc.autograd.DistContext`); the tag names the context, this worker
+        and the send.
+        """
+        return [self.context.id, self.agent.info.name, self.context.record_send(tensor)]
+
 
 #: The active context (``None`` outside any).
 ACTIVE: contextvars.ContextVar[Active | None] = contextvars.ContextVar("rallypoint_rpc_autograd", default=None)

@@ -5,14 +5,16 @@ from __future__ import annotations
 import weakref
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
+from rallypoint.rpc.current import current_agent
 from rallypoint.rpc.errors import RpcError
 from rallypoint.rpc.futures import Future
 from rallypoint.rpc.gradctx import tag
+from rallypoint.rpc.serialization import register_reference
 
 if TYPE_CHECKING:
     from rallypoint.rpc.agent import RpcAgent, WorkerInfo
 
-__all__ = ["RRef"]
+__all__ = ["RRef", "remote_call"]
 
 T = TypeVar("T")
 
@@ -33,18 +35,19 @@ class RRef(Generic[T]):
 
     def __init__(self, value: T, type_hint: Any = None) -> None:
         """Own ``value`` here; ``type_hint`` is accepted as torch's is, and not used (it serves TorchScript)."""
-        from rallypoint.rpc.api import current_agent
-
         del type_hint
 
-        agent = current_agent()
+        agent: RpcAgent = current_agent()
         rref_id = agent.new_rref_id()
         agent.owned.incref(rref_id)  # matched by this object's credit
         agent.owned.set(rref_id, value)
         self._bind(agent, rref_id, agent.info, None)
 
     @classmethod
-    def _attach(cls, agent: RpcAgent, rref_id: str, owner: WorkerInfo, creation: Future[Any] | None) -> RRef[Any]:
+    def _attach(
+        cls, agent: RpcAgent, rref_id: str, owner: WorkerInfo, creation: Future[Any] | None = None
+    ) -> RRef[Any]:
+        """A local RRef object for ``rref_id`` owned by ``owner``, carrying one credit."""
         rref: RRef[Any] = cls.__new__(cls)
         rref._bind(agent, rref_id, owner, creation)
         return rref
@@ -144,12 +147,10 @@ class RRef(Generic[T]):
     def _method(
         self, mode: str, name: str, args: tuple[Any, ...], kwargs: dict[str, Any], timeout: float | None
     ) -> Any:
-        from rallypoint.rpc.api import _remote_call
-
         header: dict[str, Any] = {"rref": self.rref_id, "method": name, "pending": not self.confirmed_by_owner()}
         what = f"{self._owner.name}:RRef[{self.rref_id}].{name}"
         if mode == "remote":
-            return _remote_call(self._agent, self._owner, header, args, kwargs, timeout, what)
+            return remote_call(self._agent, self._owner, header, args, kwargs, timeout, what)
         header["op"] = "method"
         tag(self._agent, self._owner.name, header)
         values = {"args": list(args), "kwargs": kwargs}
@@ -170,3 +171,28 @@ class _Proxy:
             return self._rref._method(self._mode, name, args, kwargs, self._timeout)
 
         return call
+
+
+def remote_call(
+    agent: RpcAgent,
+    peer: WorkerInfo,
+    header: dict[str, Any],
+    args: Any,
+    kwargs: Any,
+    timeout: float | None,
+    what: str,
+) -> RRef[Any]:
+    """Send a ``remote`` request (a function's, or a method's of an RRef's value) and return its RRef.
+
+    ``header`` names what runs on ``peer`` (``fn``, or ``rref`` and ``method``); the new RRef is
+    owned by ``peer``, and its creation completes with the request's reply.
+    """
+    new_id = agent.new_rref_id()
+    header.update(op="remote", new=new_id)
+    tag(agent, peer.name, header)
+    creation = agent.send(peer, header, {"args": list(args or ()), "kwargs": dict(kwargs or {})}, timeout, what)
+    return RRef._attach(agent, new_id, peer, creation)
+
+
+# RRefs travel as references (see rallypoint.rpc.serialization), told from here: that module stands below this one.
+register_reference(RRef, RRef._attach)

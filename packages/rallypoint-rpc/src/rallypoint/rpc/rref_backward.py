@@ -7,15 +7,19 @@ from typing import Any
 import torch
 
 from rallypoint.rpc import autograd as dist_autograd
-from rallypoint.rpc.api import rpc_sync
+from rallypoint.rpc.calls import call_sync
+from rallypoint.rpc.current import current_agent
 from rallypoint.rpc.errors import RpcError
 from rallypoint.rpc.exposure import expose
-from rallypoint.rpc.rref import RRef
 
 __all__ = ["backward", "backward_on_owner"]
 
+#: An :class:`~rallypoint.rpc.rref.RRef` (not imported: that module loads this one when a
+#: backward pass is asked for).
+RRefLike = Any
 
-def _root(rref: RRef[Any]) -> torch.Tensor:
+
+def _root(rref: RRefLike) -> torch.Tensor:
     value = rref.local_value()
     if not isinstance(value, torch.Tensor) or value.numel() != 1 or not value.requires_grad:
         raise ValueError(f"RRef {rref.rref_id}.backward() needs a scalar tensor that requires grad as its value")
@@ -23,12 +27,12 @@ def _root(rref: RRef[Any]) -> torch.Tensor:
 
 
 @expose
-def backward_on_owner(rref: RRef[Any], context_id: int, retain_graph: bool) -> None:
+def backward_on_owner(rref: RRefLike, context_id: int, retain_graph: bool) -> None:
     """Run on the owner: the distributed backward pass of ``context_id`` from the RRef's value."""
     dist_autograd.backward(context_id, [_root(rref)], retain_graph=retain_graph)
 
 
-def backward(rref: RRef[Any], context_id: int | None, retain_graph: bool) -> None:
+def backward(rref: RRefLike, context_id: int | None, retain_graph: bool) -> None:
     """See :meth:`RRef.backward`."""
     if context_id is None or context_id == -1:
         if not rref.is_owner():
@@ -41,4 +45,4 @@ def backward(rref: RRef[Any], context_id: int | None, retain_graph: bool) -> Non
     elif rref.is_owner():
         backward_on_owner(rref, context_id, retain_graph)
     else:
-        rpc_sync(rref.owner(), backward_on_owner, args=(rref, context_id, retain_graph))
+        call_sync(current_agent(), rref.owner(), backward_on_owner, (rref, context_id, retain_graph), None, None)

@@ -31,8 +31,11 @@ from typing import Any
 
 from rallypoint.rpc.errors import RpcRefused, SerializationError
 from rallypoint.rpc.exposure import Exposure, callable_path, default_allowed, is_exposed
+from rallypoint.rpc.gradctx import ACTIVE
 
-__all__ = ["Decoder", "Encoded", "Encoder", "MAX_DEPTH", "TENSOR_DTYPES"]
+__all__ = [
+    "Decoder", "Encoded", "Encoder", "MAX_DEPTH", "TENSOR_DTYPES", "attach_reference", "register_reference",
+]  # fmt: skip
 
 #: Deepest nesting of containers a value may have (either way).
 MAX_DEPTH = 100
@@ -41,6 +44,40 @@ TENSOR_DTYPES = (
     "float16", "bfloat16", "float32", "float64", "complex64", "complex128",
     "uint8", "int8", "int16", "int32", "int64", "bool",
 )  # fmt: skip
+
+
+class _NoReference:
+    """Stands for the reference class until its module registers it: nothing is an instance of it."""
+
+
+#: How references travel (``{"$": "rref"}`` leaves): the class whose instances travel as
+#: references, and how a receiving agent makes one. :mod:`rallypoint.rpc.rref` registers
+#: :class:`~rallypoint.rpc.rref.RRef` when it is imported (no RRef can be sent before that), so
+#: this module, which that one stands on, never imports it.
+_REFERENCES: dict[str, Any] = {"type": _NoReference, "attach": None}
+
+
+def register_reference(cls: type, attach: Callable[[Any, str, Any], Any]) -> None:
+    """Send instances of ``cls`` as references (their ``rref_id`` and ``owner_name()``).
+
+    ``attach(agent, rref_id, owner)`` makes the receiver's object for a reference received by
+    ``agent``, owned by the worker ``owner`` (a :class:`~rallypoint.rpc.agent.WorkerInfo`).
+    """
+    _REFERENCES.update(type=cls, attach=attach)
+
+
+def attach_reference(agent: Any, rref_id: str, owner: Any) -> Any:
+    """The local object for a reference received by ``agent`` (see :func:`register_reference`).
+
+    Raises:
+        SerializationError: no reference class is registered in this process.
+    """
+    attach = _REFERENCES["attach"]
+    if attach is None:
+        raise SerializationError(
+            f"{agent.info.name} received an RRef but this process never imported rallypoint.rpc.rref"
+        )
+    return attach(agent, rref_id, owner)
 
 
 @dataclass
@@ -109,9 +146,7 @@ class Encoder:
         torch = sys.modules.get("torch")
         if torch is not None and isinstance(v, torch.Tensor):
             return self._enc_tensor(v)
-        from rallypoint.rpc.rref import RRef
-
-        if isinstance(v, RRef):
+        if isinstance(v, _REFERENCES["type"]):
             self.out.rrefs.append(v)
             return {"$": "rref", "id": v.rref_id, "owner": v.owner_name()}
         if callable(v) and (is_exposed(v) or default_allowed(v) or self._program(v)):
@@ -131,10 +166,10 @@ class Encoder:
         out = io.BytesIO()
         pickler = pickle.Pickler(out, protocol=pickle.HIGHEST_PROTOCOL)
         torch = sys.modules.get("torch")
-        from rallypoint.rpc.rref import RRef
+        reference = _REFERENCES["type"]
 
         def persistent_id(obj: Any) -> Any:
-            if isinstance(obj, RRef):
+            if isinstance(obj, reference):
                 self.out.rrefs.append(obj)
                 return ("rref", obj.rref_id, obj.owner_name())
             if torch is not None and type(obj) is torch.Tensor:  # a Parameter pickles as one around its data
@@ -151,13 +186,9 @@ class Encoder:
         requires_grad = bool(t.requires_grad)
         tag = None
         if requires_grad:
-            from rallypoint.rpc.gradctx import current
-
-            active = current()
+            active = ACTIVE.get()
             if active is not None:  # inside a distributed autograd context: the sender keeps it for backward
-                from rallypoint.rpc.autograd import record_sent
-
-                tag = record_sent(active, t)
+                tag = active.record(t)
             t = t.detach()
         if not t.is_cpu:
             t = t.cpu()

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import stat
 import tomllib
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
@@ -303,12 +303,26 @@ def _read_toml(file_path: Path) -> dict[str, Any]:
     return data
 
 
+def _apply(data: dict[str, Any], sources: dict[str, str], overrides: Iterable[tuple[str, Any, str]]) -> None:
+    """Set each override's value in ``data`` (in order, last wins) and note its source."""
+    for key, value, source in overrides:
+        _set_path(data, key, value)
+        # the value replaces whatever was below ``key``: forget where the old values came from
+        for stale in [k for k in sources if k.startswith(key + ".")]:
+            del sources[stale]
+        sources[key] = source
+        if isinstance(value, Mapping):
+            for sub in _walk_keys(value, key + "."):
+                sources[sub] = source
+
+
 def load_job_config(
     path: str | os.PathLike[str] | None,
     schema: JobSchema | SchemaSource,
     *,
     environ: Mapping[str, str] | None = None,
     overrides: Iterable[tuple[str, Any, str]] = (),
+    derived: Callable[[Mapping[str, Any]], Iterable[tuple[str, Any, str]]] | None = None,
 ) -> LoadedConfig:
     """Load and validate (phase 1) a job.
 
@@ -319,6 +333,11 @@ def load_job_config(
         environ: where to read ``RALLYPOINT_*`` overrides (default :data:`os.environ`).
         overrides: command-line overrides as ``(key path, value, source label)``, applied last;
             e.g. ``("widgets.count", 2, "--count (command line)")``.
+        derived: overrides that depend on the others' result, applied after them: called once
+            with the job's values before validation (file, environment and ``overrides``
+            merged; keys left out are at their defaults), it returns more overrides. For a flag
+            whose key depends on another setting (``--rdzv-endpoint`` sets the option the
+            selected backend names), so that the job is read and validated once.
 
     Raises:
         ConfigError: the file cannot be read or parsed, a section is not declared by any
@@ -344,15 +363,9 @@ def load_job_config(
         data = _read_toml(file_path)
         for key in _walk_keys(data):
             sources[key] = str(file_path)
-    for key, value, source in [*env_overrides(env, schema.names), *overrides]:
-        _set_path(data, key, value)
-        # the value replaces whatever was below ``key``: forget where the old values came from
-        for stale in [k for k in sources if k.startswith(key + ".")]:
-            del sources[stale]
-        sources[key] = source
-        if isinstance(value, Mapping):
-            for sub in _walk_keys(value, key + "."):
-                sources[sub] = source
+    _apply(data, sources, [*env_overrides(env, schema.names), *overrides])
+    if derived is not None:
+        _apply(data, sources, derived(data))
     loaded = LoadedConfig(None, schema, file_path, sources)
     nul = [ConfigIssue(loaded.source_of(key), key, NUL_MESSAGE) for key in _keys_with_nul(data)]
     if nul:

@@ -4,7 +4,7 @@ Each attack is a function ``(host, port) -> None`` that must leave the server se
 tests run them against a real ``rallypoint rdzv serve`` and check, between attacks, that a
 normal client is still answered. Usable by hand::
 
-    python plugins/rallypoint-grpc/tests_grpc/fuzz.py 127.0.0.1:29400 [--seconds 30]
+    python plugins/rallypoint-grpc/tests/fuzz.py 127.0.0.1:29400 [--seconds 30]
 """
 
 from __future__ import annotations
