@@ -9,10 +9,12 @@ return; every node's result is checked (group ranks a permutation of 0..N-1, one
 The server's CPU time (user + system, from /proc) during the round, its resident memory before
 and after and its peak are reported, and the client processes' CPU time during the round.
 
-The handlers of one client process share the process's roster cache
-(:mod:`rallypoint.rendezvous.roster`): the round's membership record is fetched and parsed once
-per process, not once per handler. Every other call (check-in, ticket, join record, join count,
-the header watch, the read after it) is made by every handler, as separate nodes would.
+Each handler is given the agent's assignment function (``--no-assign``: none), as ``rallypoint
+run`` does: the node that completes the round runs the rank strategy once and writes every
+member's seat (its ranks, the world size, the store) with the roster in one call; every other
+node receives its own seat with the header change that wakes it and decodes its share of the
+ranks (:mod:`rallypoint.agent.node_share`). No handler reads the roster. Every call (check-in,
+join record and count, the header watch) is made by every handler, as separate nodes would.
 
 ``--floor CALLS`` makes no round: each simulated node makes CALLS bare ``Get`` calls and returns,
 through the backend's own client in threads (as above) or, with ``--floor-client aio``, through
@@ -70,14 +72,22 @@ def _worker(argv: list[str]) -> int:
     p.add_argument("--start-fd", type=int, required=True)
     p.add_argument("--floor", type=int, default=0)
     p.add_argument("--floor-client", choices=("threads", "aio"), default="threads")
+    p.add_argument("--no-assign", action="store_true")
     a = p.parse_args(argv)
     if a.floor and a.floor_client == "aio":
         return _aio_floor(a)
 
+    from rallypoint.agent.node_share import assign_function, share_of
+    from rallypoint.agent.settings import AgentSettings
     from rallypoint.rendezvous.handler import RendezvousHandler
     from rallypoint.rendezvous.state import NodeInfo
     from rallypoint.rendezvous.timeouts import RendezvousTimeouts
     from rallypoint_grpc.backend import GrpcBackend
+
+    # the agent's real path: the node that completes the round runs the rank strategy once and
+    # each node decodes its own share of it (rallypoint.agent.node_share)
+    settings = AgentSettings(argv=["train.py"], run_id="scale")
+    assign = None if a.no_assign else assign_function(settings)
 
     timeouts = RendezvousTimeouts(
         join=TIMEOUT, last_call=5.0, close=60.0, heartbeat_interval=60.0, heartbeat_timeout=TIMEOUT
@@ -89,6 +99,7 @@ def _worker(argv: list[str]) -> int:
             min_nodes=a.nodes,
             max_nodes=a.nodes,
             timeouts=timeouts,
+            assign=assign,
         )
         for i in range(a.first, a.first + a.count)
     ]
@@ -103,7 +114,10 @@ def _worker(argv: list[str]) -> int:
                 item: dict[str, object] = {"t": time.monotonic(), "rank": index, "round": 0, "n": a.nodes}
             else:
                 r = h.next_rendezvous()
+                share = None if assign is None else share_of(settings, r)  # this node's ranks
                 item = {"t": time.monotonic(), "rank": r.group_rank, "round": r.round, "n": r.num_nodes}
+                if share is not None:
+                    item["world"] = share.world_size
         except Exception as exc:  # noqa: BLE001 - reported to the parent
             item = {"error": f"{type(exc).__name__}: {exc}"}
         with lock:
@@ -193,7 +207,9 @@ def _memory_mib(pid: int, field: str) -> float:
     return float("nan")
 
 
-def _round(nodes: int, procs: int, floor: int, floor_client: str, profile: str | None = None) -> dict[str, Any]:
+def _round(
+    nodes: int, procs: int, floor: int, floor_client: str, profile: str | None = None, *, assign: bool = True
+) -> dict[str, Any]:
     """One server, ``nodes`` simulated nodes in ``procs`` client processes, one round (or floor), checked.
 
     With ``profile``, the server runs under cProfile and writes its profile there when it stops.
@@ -212,7 +228,7 @@ def _round(nodes: int, procs: int, floor: int, floor_client: str, profile: str |
             count = min(per, nodes - first)
             cmd = [sys.executable, __file__, "--worker", "--endpoint", endpoint, "--first", str(first)]
             cmd += ["--count", str(count), "--nodes", str(nodes), "--start-fd", str(start_r)]
-            cmd += ["--floor", str(floor), "--floor-client", floor_client]
+            cmd += ["--floor", str(floor), "--floor-client", floor_client] + ([] if assign else ["--no-assign"])
             clients.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, pass_fds=(start_r,)))
         os.close(start_r)
         for c in clients:
@@ -253,8 +269,11 @@ def _round(nodes: int, procs: int, floor: int, floor_client: str, profile: str |
     ranks = sorted(r["rank"] for r in results)
     if ranks != list(range(nodes)) or len({r["round"] for r in results}) != 1:
         raise SystemExit(f"wrong result: {len(results)} nodes, rounds {sorted({r['round'] for r in results})}")
+    if any(r.get("world", nodes) != nodes for r in results):
+        raise SystemExit(f"wrong world size in a node's share: {sorted({r.get('world') for r in results})}")
     return {
         "nodes": nodes,
+        "assign": assign and not floor,
         "procs": procs,
         "per_proc": per,
         "wall_s": max(r["t"] for r in results) - released,
@@ -355,6 +374,12 @@ def main(argv: list[str] | None = None) -> int:
         help="also time torch's c10d rendezvous with this many real node processes (a torch node needs ~150 MB: "
         "64 is about the most this 2-CPU machine runs)",
     )
+    parser.add_argument(
+        "--no-assign",
+        action="store_true",
+        help="no rank assignment: the handlers get no assignment function (by default the agent's: the node that "
+        "completes the round runs the rank strategy once, each node decodes its own share of it)",
+    )
     parser.add_argument("--json", metavar="FILE", help="store the figures as JSON")
     parser.add_argument(
         "--server-profile",
@@ -379,7 +404,7 @@ def main(argv: list[str] | None = None) -> int:
         profile = None
         if args.server_profile:
             profile = args.server_profile if len(args.nodes) == 1 else f"{args.server_profile}.{n}"
-        r = _round(n, min(args.procs, n), args.floor, args.floor_client, profile)
+        r = _round(n, min(args.procs, n), args.floor, args.floor_client, profile, assign=not args.no_assign)
         _report(r, args.floor, args.floor_client)
         if profile:
             _print_profile(profile)

@@ -60,8 +60,9 @@ def test_a_signal_during_rank_computation_exits_128_plus_n(tmp_path: Path, signu
     # a signal to one node is not a rank-assignment error: the job is not ended for the others
     assert backend.get(ABORT_KEY) is None
     header = backend.get(HEADER_KEY)
-    assert header is not None
-    assert not Header.from_json(header.value).closed
+    # the node that completes the round runs the strategy (#38): the signal may stop it before the
+    # complete header is written; either way the job is not closed
+    assert header is None or not Header.from_json(header.value).closed
     assert not list(tmp_path.glob("attempt_*/rank_*.log")), "a worker started"
 
 

@@ -50,7 +50,13 @@ class _Held:
 
 
 class HoldingBackend(MemoryBackend):
-    """A memory backend that holds watches and records its reads as ``(operation, key)``."""
+    """A memory backend that holds watches and records its reads as ``(operation, key)``.
+
+    Like etcd's, it cannot send a node's seat with a change (``wait_with`` blocked): the header
+    carries the roster to the nodes it wakes.
+    """
+
+    wait_with = None  # type: ignore[assignment]
 
     def __init__(self, run_id: str, *, broken: bool = False) -> None:
         super().__init__(run_id)

@@ -5,7 +5,12 @@ from __future__ import annotations
 import pytest
 
 from rallypoint.rendezvous.memory import MemoryBackend
-from rallypoint.rendezvous.testing import BackendConformance, HandlerConformance
+from rallypoint.rendezvous.testing import (
+    BackendConformance,
+    HandlerConformance,
+    SetManyConformance,
+    WaitWithConformance,
+)
 
 
 class MemoryFactory:
@@ -23,7 +28,7 @@ def memory_factory(request: pytest.FixtureRequest) -> MemoryFactory:
     return MemoryFactory(request.node.nodeid)
 
 
-class TestMemoryBackend(BackendConformance):
+class TestMemoryBackend(SetManyConformance, WaitWithConformance, BackendConformance):
     @pytest.fixture
     def backend_factory(self, memory_factory: MemoryFactory) -> MemoryFactory:
         return memory_factory

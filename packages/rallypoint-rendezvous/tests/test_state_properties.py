@@ -9,7 +9,7 @@ identity, re-rendezvous requests, departures and closes.
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
@@ -58,6 +58,13 @@ class Sim:
         sm = RendezvousStateMachine(node, f"inc{next(_incarnations)}", self.settings)
         return SimNode(name, RoundIO(self.backend, sm))
 
+    def as_members_see_it(self, finished: Finished) -> Finished:
+        """``finished`` with the round's whole roster (a member resolved its header from its seat alone)."""
+        header = finished.header
+        if header.seats and not header.participants:  # resolved from its seat
+            header = resolve(self.backend, replace(header, index=None, ring=None))
+        return Finished(header, finished.rank)
+
     # -- events --------------------------------------------------------------------------
     def start(self, node: SimNode) -> None:
         if node.status in ("idle", "running"):
@@ -70,6 +77,7 @@ class Sim:
             return
         action, _ = node.io.decide(self.now)
         if isinstance(action, Finished):
+            action = self.as_members_see_it(action)
             node.results.append(action)
             self.finished.setdefault(action.header.round, []).append((node.name, action))
             node.status = "running"
@@ -426,6 +434,7 @@ class WatchingSim(Sim):
         if isinstance(action, Wait):
             self.asleep[node.name] = (view.header_version, action.until)
         elif isinstance(action, Finished):
+            action = self.as_members_see_it(action)
             node.results.append(action)
             self.finished.setdefault(action.header.round, []).append((node.name, action))
             node.status = "running"

@@ -8,6 +8,8 @@ from rallypoint.rendezvous.testing import (
     HeldWatchConformance,
     MultiProcessBackendConformance,
     MultiProcessHandlerConformance,
+    SetManyConformance,
+    WaitWithConformance,
 )
 from rallypoint_grpc.backend import GrpcBackend
 
@@ -24,7 +26,7 @@ class GrpcFactory:
         return GrpcBackend(self.address, run_id, call_timeout=30.0)
 
 
-class TestGrpcBackend(HeldWatchConformance, MultiProcessBackendConformance):
+class TestGrpcBackend(HeldWatchConformance, SetManyConformance, WaitWithConformance, MultiProcessBackendConformance):
     @pytest.fixture
     def backend_factory(self, server: ServerProcess) -> GrpcFactory:
         return GrpcFactory(server.address)

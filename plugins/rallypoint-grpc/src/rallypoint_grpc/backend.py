@@ -14,16 +14,11 @@ address (that interface only) before connecting to it; the other agents connect.
 
 from __future__ import annotations
 
-import atexit
-import errno
-import ipaddress
 import json
 import logging
-import socket
-import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import grpc
@@ -41,7 +36,8 @@ from rallypoint.rendezvous.backend import (
 from rallypoint.rendezvous.errors import RendezvousBackendError
 from rallypoint_grpc._proto import rendezvous_pb2 as pb
 from rallypoint_grpc._proto import rendezvous_pb2_grpc as pb_grpc
-from rallypoint_grpc.options import GrpcOptions, parse_endpoint
+from rallypoint_grpc.hosting import _HOSTED, host_server  # noqa: F401 - importable from here, as before the split
+from rallypoint_grpc.options import GrpcOptions
 from rallypoint_grpc.tls_check import tls_failure
 from rallypoint_grpc.transport import (
     DEFAULT_MAX_MESSAGE_BYTES,
@@ -124,6 +120,7 @@ class GrpcBackend:
         self._max = max_message_bytes
         self._two_step_joins = False  # the server lacks CreateAndAdd
         self._step_check_ins = False  # the server lacks CheckIn
+        self._set_many = True  # False: the server lacks SetMany
         self._stubs: tuple[Any, Any] | None = None  # (channel, its stub)
         get_channel(endpoint, tls, max_message_bytes=max_message_bytes)  # starts connecting
 
@@ -306,6 +303,28 @@ class GrpcBackend:
         count = int(reply.count) if reply.HasField("count") else None
         return CheckIn(_entries(reply.entries), count, _entry(reply, "claimed"))
 
+    def set_many(self, items: Mapping[str, JSONValue]) -> None:
+        """See :class:`~rallypoint.rendezvous.backend.SupportsSetMany`: one call.
+
+        A server of a version without the call (``UNIMPLEMENTED``) gets one ``Set`` per key
+        instead, from then on.
+        """
+        texts = {check_key(key): _dump(value) for key, value in items.items()}
+        if not texts:
+            return
+        if not self._set_many:
+            for key, value in items.items():
+                self.set(key, value)
+            return
+        request = pb.SetManyRequest(space=self.run_id, items=texts, request_id=uuid.uuid4().hex)
+        try:
+            self._invoke("SetMany", request)
+        except grpc.RpcError as exc:
+            if exc.code() != grpc.StatusCode.UNIMPLEMENTED:
+                raise self._error("SetMany", exc) from None
+            self._set_many = False
+            self.set_many(items)
+
     def delete(self, key: str, *, version: Version | None = None) -> bool:
         """See :meth:`RendezvousBackend.delete`."""
         request = pb.DeleteRequest(space=self.run_id, key=check_key(key), version=version, request_id=uuid.uuid4().hex)
@@ -348,6 +367,26 @@ class GrpcBackend:
 
         return self._watch(request, timeout) is not None
 
+    def wait_with(
+        self, key: str, *, version: Version | None, timeout: float, also: Sequence[str]
+    ) -> WatchedChange | None:
+        """See :class:`~rallypoint.rendezvous.backend.SupportsWaitWith`: one stream, ``also`` in its event.
+
+        A server of an older version sends no ``also`` entries: the keys then read as absent
+        (the rendezvous falls back to the roster).
+        """
+        check_key(key)
+        extra = [check_key(k) for k in also]
+
+        def request(t: float) -> Any:
+            return pb.WatchRequest(space=self.run_id, key=key, version=version, timeout=t, also=extra)
+
+        event = self._watch(request, timeout)
+        if event is None:
+            return None
+        found = _entries(event.also)
+        return WatchedChange(_entry(event), {k: found.get(k) for k in extra})
+
     def hold_watch(self, key: str, *, timeout: float) -> _HeldWatch:
         """See :class:`~rallypoint.rendezvous.backend.SupportsHeldWatch`.
 
@@ -372,116 +411,6 @@ class GrpcBackend:
 
     def close(self) -> None:
         """The channel is shared by the process and stays open; nothing else is held."""
-
-
-# -- agent-hosted server ----------------------------------------------------------------
-_HOSTED: dict[str, Any] = {}
-_HOSTED_LOCK = threading.Lock()
-
-
-def _local_address(host: str, port: int) -> str | None:
-    """The endpoint's IP address if it belongs to this host and ``port`` is free there, else ``None``."""
-    try:
-        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    except socket.gaierror:
-        return None
-    family, _, _, _, sockaddr = infos[0]
-    probe = socket.socket(family, socket.SOCK_STREAM)
-    try:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        probe.bind(sockaddr)
-    except OSError as exc:
-        if exc.errno not in (errno.EADDRNOTAVAIL, errno.EADDRINUSE, errno.EACCES):
-            log.debug("cannot bind %s: %s", sockaddr, exc)
-        return None
-    finally:
-        probe.close()
-    return str(sockaddr[0])
-
-
-def _own_address_too(host: str, bound: str) -> tuple[str, ...]:
-    """The host's routable address, when the endpoint names this host by a name that maps to loopback.
-
-    On many cloud images a host's own name resolves to 127.0.0.1 there and to its real address
-    everywhere else: the endpoint ``node0:29400`` then means loopback to the agent on node0 and
-    node0's address to the others. The server binds both, so agents on this host (which
-    resolve the name to loopback) and on the others reach it.
-    """
-    from rallypoint.rendezvous.netif import is_loopback, routable_address
-
-    try:
-        ipaddress.ip_address(host)
-        return ()  # an address, not a name: it means what it says
-    except ValueError:
-        pass
-    if host == "localhost" or not is_loopback(bound):
-        return ()
-    route = routable_address()
-    if route is None:
-        log.warning(
-            "the endpoint's host %r resolves to %s here, and this host has several addresses besides loopback: "
-            "serving on %s only; give the endpoint as this host's IP address",
-            host,
-            bound,
-            bound,
-        )
-        return ()
-    return (route.address,)
-
-
-def _linger(server: Any, limit: float) -> None:
-    """At exit, keep serving until the other nodes have been quiet for a second (``limit`` at most)."""
-    deadline = time.monotonic() + limit
-    last = -1
-    while time.monotonic() < deadline:
-        calls = server.service.calls if server.service is not None else 0
-        if calls == last:
-            break
-        last = calls
-        time.sleep(1.0)
-    server.stop()
-
-
-def host_server(opts: GrpcOptions, token: str | None) -> Any | None:
-    """Start the server in this process when the endpoint is ours (see the module text).
-
-    Returns the running :class:`~rallypoint_grpc.server.RendezvousServer`, or ``None`` when
-    another process serves (or will: the address is not on this host, or the port is taken).
-    """
-    from rallypoint_grpc.server import RendezvousServer, ServerConfig
-
-    with _HOSTED_LOCK:
-        if opts.endpoint in _HOSTED:
-            return _HOSTED[opts.endpoint]
-        host, port = parse_endpoint(opts.endpoint)
-        address = _local_address(host, port)
-        if address is None:
-            return None
-        tls = None
-        if opts.tls:
-            if opts.tls_cert is None:
-                log.info("not hosting %s: TLS is on but this node has no tls_cert/tls_key", opts.endpoint)
-                return None
-            tls = TlsFiles(cert=opts.tls_cert, key=opts.tls_key, ca=opts.tls_ca if opts.mutual_tls else None)
-        also = _own_address_too(host, address)
-        config = ServerConfig(
-            address,
-            port,
-            token=token,
-            tls=tls,
-            data_dir=opts.data_dir,
-            max_message_bytes=opts.max_message_bytes,
-            also=also,
-        )
-        try:
-            server = RendezvousServer(config).start()
-        except OSError as exc:  # another agent bound it first
-            log.debug("not hosting %s: %s", opts.endpoint, exc)
-            return None
-        log.info("hosting the rendezvous server on %s", server.address)
-        _HOSTED[opts.endpoint] = server
-        atexit.register(_linger, server, opts.linger)
-        return server
 
 
 def _client_tls(opts: GrpcOptions) -> TlsFiles | None:

@@ -127,6 +127,12 @@ class RendezvousService(pb_grpc.RendezvousServicer):
             claimed=_entry(claimed),
         )
 
+    async def SetMany(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        """See the .proto file."""
+        items = dict(request.items)
+        version = await self._run(context, lambda: self.store.set_many(request.space, items, request.request_id))
+        return pb.SetManyReply(version=version)
+
     async def Delete(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         """See the .proto file."""
         version = request.version if request.HasField("version") else None
@@ -153,8 +159,10 @@ class RendezvousService(pb_grpc.RendezvousServicer):
                 return None
             if request.prefix:
                 return pb.WatchEvent(changed=True)
-            # A key watch's change comes with the entry that differs: the watcher need not read it.
-            return pb.WatchEvent(changed=True, entry=_entry(store.get(request.space, request.key)))
+            # A key watch's change comes with the entry that differs (and the keys asked for with
+            # it, such as the waiting node's seat): the watcher need not read them.
+            also = _entries(store.entries(request.space, list(request.also))) if request.also else None
+            return pb.WatchEvent(changed=True, entry=_entry(store.get(request.space, request.key)), also=also)
 
         while True:
             change = await self._run(context, check)

@@ -464,6 +464,36 @@ class Store:
         result: tuple[dict[str, tuple[str, int]], int | None, tuple[str, int] | None] = self._once(request_id, apply)
         return result
 
+    def set_many(self, name: str, items: dict[str, str], request_id: str = "") -> int:
+        """Store every ``key: JSON text`` (a completed round's roster and seats), logged as one line.
+
+        Every key and value is checked before anything is written. Returns the last version
+        written (0 for no items).
+        """
+        for key, text in items.items():
+            self._key(key)
+            self._json(key, text)
+        sp = self.space(name)
+
+        def apply() -> int:
+            version = 0
+            with self._one_line():
+                for key, text in items.items():
+                    version = self._write(name, sp, key, text, None)
+            return version
+
+        return int(self._once(request_id, apply))
+
+    def entries(self, name: str, keys: list[str]) -> dict[str, tuple[str, int]]:
+        """``key: (text, version)`` of those ``keys`` that exist (a watch's extra keys)."""
+        sp = self.space(name)
+        out = {}
+        for key in keys:
+            item = sp.data.get(self._key(key))
+            if item is not None:
+                out[key] = (item.text, item.version)
+        return out
+
     def delete(self, name: str, key: str, version: int | None, request_id: str = "") -> bool:
         """Delete ``key`` (only at ``version`` when given)."""
         self._key(key)

@@ -48,9 +48,10 @@ from rallypoint.agent.line_prefix import prefix_of
 from rallypoint.agent.log_dir import claim, private_dir, release
 from rallypoint.agent.logs import WorkerLogs, tee_selects
 from rallypoint.agent.lost_hosts import fatal_losses
+from rallypoint.agent.node_share import NodeShare, assign_function, share_of
 from rallypoint.agent.notices import NoticeLog
 from rallypoint.agent.peers import running_status, vanished_peer
-from rallypoint.agent.ranks import RankAssignment, RankNode, WorkerRanks, compute_assignment
+from rallypoint.agent.ranks import WorkerRanks
 from rallypoint.agent.report import FailureReport, WorkerFailure
 from rallypoint.agent.restart_budget import RESTARTS_KEY, RestartBudget
 from rallypoint.agent.settings import AgentResult, AgentSettings, AgentSignal, Outcome, install_signal_handlers
@@ -100,6 +101,8 @@ class ElasticAgent:
         console: TextIO | None = None,
     ) -> None:
         self.handler = handler
+        if handler.assign is None:  # the node that completes a round assigns every node's ranks, once
+            handler.assign = assign_function(settings)
         self.backend = handler.backend
         self.settings = settings
         self.pm = pm
@@ -310,7 +313,7 @@ class ElasticAgent:
                 return None
             return self._fail(restarts)
         if self.settings.fixed_allocation and (
-            lost := fatal_losses(self.handler, result, assignment, restarts, self.settings.fixed_allocation)
+            lost := fatal_losses(self.handler, result, assignment.whole(), restarts, self.settings.fixed_allocation)
         ):
             self.budget.record(lost)  # a lost host of a fixed allocation: no one will take its place
             self._close(f"job failed: {lost[0].reason} (closed by node {self.handler.node_id!r})", failed=True)
@@ -351,7 +354,7 @@ class ElasticAgent:
     def _result(self, exit_code: int, report: FailureReport | None = None, *, restarts: int = 0) -> AgentResult:
         return AgentResult(exit_code, report, rounds=self.rounds, restarts=restarts, rejoins=self.rejoins)
 
-    def _assign_or_abort(self, result: RendezvousResult) -> RankAssignment:
+    def _assign_or_abort(self, result: RendezvousResult) -> NodeShare:
         try:
             return self._assign(result)
         except RallypointError as exc:
@@ -374,24 +377,12 @@ class ElasticAgent:
             return True
 
     # -- one attempt ---------------------------------------------------------------------------
-    def _assign(self, result: RendezvousResult) -> RankAssignment:
-        nodes = [
-            RankNode(
-                node_id=p.node_id,
-                group_rank=i,
-                host=p.host,
-                local_world_size=p.local_world_size,
-                labels=dict(p.labels),
-                env=dict(p.env),
-                previous_rank=p.previous_rank,
-            )
-            for i, p in enumerate(result.participants)
-        ]
-        settings = self.settings
-        return compute_assignment(settings.strategy, nodes, settings.strategy_options, name=settings.strategy_name)
+    def _assign(self, result: RendezvousResult) -> NodeShare:
+        """The node's ranks: received with its seat, or computed (:mod:`~rallypoint.agent.node_share`)."""
+        return share_of(self.settings, result)
 
     def _announce_attempt(
-        self, result: RendezvousResult, assignment: RankAssignment, ranks: list[int], store: str, restarts: int
+        self, result: RendezvousResult, assignment: NodeShare, ranks: list[int], store: str, restarts: int
     ) -> None:
         """Tell the console what this attempt runs, and warn once when ``tee`` selects no rank."""
         self.say(
@@ -399,7 +390,11 @@ class ElasticAgent:
             f"worker(s); group rank {result.group_rank} runs ranks {ranks}; store {store}"
         )
         tee = self.settings.tee
-        if restarts == 0 and isinstance(tee, tuple) and not any(tee_selects(tee, w.rank) for w in assignment):
+        if (
+            restarts == 0
+            and isinstance(tee, tuple)
+            and not any(tee_selects(tee, r) for r in range(assignment.world_size))
+        ):
             self.say(
                 f"tee {list(tee)} selects no rank of this job (ranks 0..{assignment.world_size - 1}): "
                 "no worker output reaches the console; the log files under "
@@ -407,7 +402,7 @@ class ElasticAgent:
             )
 
     def _run_attempt(
-        self, result: RendezvousResult, assignment: RankAssignment, restarts: int
+        self, result: RendezvousResult, assignment: NodeShare, restarts: int
     ) -> tuple[Outcome, list[WorkerFailure]]:
         node_id = result.node.node_id
         # published with this node's next join, so that strategies can keep its ranks stable

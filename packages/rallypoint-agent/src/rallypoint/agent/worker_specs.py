@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rallypoint.agent.env import WorkerContext, worker_environment
+from rallypoint.agent.node_share import NodeShare
 from rallypoint.agent.ranks import RankAssignment, WorkerRanks
 from rallypoint.agent.settings import AgentSettings
 from rallypoint.agent.workers import WorkerSpec
@@ -56,7 +57,7 @@ class AttemptWorkers:
 def attempt_workers(
     settings: AgentSettings,
     result: RendezvousResult,
-    assignment: RankAssignment,
+    assignment: NodeShare | RankAssignment,
     *,
     attempt: int,
     attempt_dir: Path,
@@ -69,17 +70,18 @@ def attempt_workers(
     Args:
         settings: the agent's settings (argv, cwd, the sections' worker variables...).
         result: the round this attempt runs in.
-        assignment: the whole job's ranks; this node runs those of ``result.node``.
+        assignment: this node's share of the ranks (or the whole job's); it runs those of ``result.node``.
         attempt: the attempt's number (restarts so far).
         attempt_dir: the attempt's directory in the log directory.
         host: this host's name.
         pm: the plugin manager (``rallypoint_worker_env`` hooks), if any.
         watchdog_env: the variables connecting a rank to the watchdog server, if one runs.
     """
-    mine = assignment.for_node(result.node.node_id)
     # worker rank 0 serves torch's env:// store: every worker connects to the node that holds it,
-    # wherever the rank strategy put it (not necessarily group rank 0)
-    store = result.store_on(assignment.workers[0].node_id)
+    # wherever the rank strategy put it (not necessarily group rank 0); the share says where
+    share = assignment if isinstance(assignment, NodeShare) else NodeShare.of(assignment, result)
+    mine = share.workers
+    store = share.store
     specs: list[WorkerSpec] = []
     contexts: dict[int, WorkerContext] = {}
     progress: dict[int, tuple[Path, ...]] = {}

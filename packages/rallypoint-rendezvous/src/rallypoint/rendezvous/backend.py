@@ -39,6 +39,15 @@ Optional capabilities
     where it exists and otherwise reads, claims and adds in turn. A node that is refused takes
     nothing either way. One request instead of two or three per node (the etcd backend offers it).
 
+    A backend may also write many keys in one call (:class:`SupportsSetMany`): the node that
+    completes a round writes one small *seat* record per member (see
+    :mod:`rallypoint.rendezvous.seats`) and the roster with one request instead of one per node.
+    :func:`set_many` uses it where it exists and otherwise writes the keys in turn.
+
+    A backend may also wait for a key and send more keys with the change (:class:`SupportsWaitWith`):
+    a member waiting for its round to complete receives the header and its own seat in one
+    message. :func:`wait_with` uses it where it exists and otherwise watches, then reads.
+
 Implementations: :class:`rallypoint.rendezvous.memory.MemoryBackend` (in-process) and the
 ``rallypoint-file`` plugin. :mod:`rallypoint.rendezvous.testing` is the conformance kit every
 backend should pass.
@@ -47,8 +56,8 @@ backend should pass.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 __all__ = [
@@ -60,6 +69,8 @@ __all__ = [
     "SupportsCheckIn",
     "SupportsCreateAndAdd",
     "SupportsHeldWatch",
+    "SupportsSetMany",
+    "SupportsWaitWith",
     "Version",
     "WatchedChange",
     "check_in",
@@ -67,6 +78,8 @@ __all__ = [
     "check_key",
     "create_and_add",
     "create_and_add_in_two_steps",
+    "set_many",
+    "wait_with",
 ]
 
 #: A JSON-compatible value.
@@ -210,9 +223,12 @@ class WatchedChange:
     Attributes:
         entry: the key's entry after the change when the backend knows it, ``None`` when the key
             was deleted or the backend cannot tell (the caller reads the key).
+        also: the entries of the keys a :func:`wait_with` asked for, read just after the change
+            (``None``: absent); empty for a plain watch.
     """
 
     entry: Entry | None = None
+    also: Mapping[str, Entry | None] = field(default_factory=dict)
 
 
 @runtime_checkable
@@ -354,3 +370,61 @@ def check_in_in_steps(
         if not written and (claimed is None or claimed.value != claim[1]):
             return CheckIn(entries, None, claimed)
     return CheckIn(entries, backend.add(counter, 1), claimed)
+
+
+@runtime_checkable
+class SupportsSetMany(Protocol):
+    """The optional capability of a backend that writes many keys in one request (see the module docstring)."""
+
+    def set_many(self, items: Mapping[str, JSONValue]) -> None:
+        """Store every ``key: value`` of ``items`` unconditionally, as :meth:`RendezvousBackend.set` would.
+
+        A reader may see some of the keys written before the others (no atomicity is promised);
+        the protocol writes the keys it needs before the compare-and-set that publishes them.
+
+        Raises:
+            TypeError: a value is not a JSON value (nothing is written).
+            ValueError: a key is invalid (nothing is written).
+        """
+        ...
+
+
+def set_many(backend: RendezvousBackend, items: Mapping[str, JSONValue]) -> None:
+    """:meth:`SupportsSetMany.set_many` where ``backend`` offers it, else one :meth:`~RendezvousBackend.set` per key."""
+    if not items:
+        return
+    if isinstance(backend, SupportsSetMany):
+        backend.set_many(items)
+        return
+    for key in items:
+        check_key(key)
+    for key, value in items.items():
+        backend.set(key, value)
+
+
+@runtime_checkable
+class SupportsWaitWith(Protocol):
+    """The optional capability of a backend that sends more keys with a watched change (see the module docstring)."""
+
+    def wait_with(
+        self, key: str, *, version: Version | None, timeout: float, also: Sequence[str]
+    ) -> WatchedChange | None:
+        """Block as :meth:`RendezvousBackend.watch` does; the change comes with ``key``'s entry and those of ``also``.
+
+        Returns:
+            ``None`` on timeout, else the change: :attr:`WatchedChange.entry` is ``key``'s entry
+            after it (``None`` when deleted) and :attr:`WatchedChange.also` holds each key of
+            ``also`` (``None`` when absent), read in the same step as ``key``.
+        """
+        ...
+
+
+def wait_with(
+    backend: RendezvousBackend, key: str, *, version: Version | None, timeout: float, also: Sequence[str]
+) -> WatchedChange | None:
+    """:meth:`SupportsWaitWith.wait_with` where ``backend`` offers it, else a watch and then reads."""
+    if isinstance(backend, SupportsWaitWith):
+        return backend.wait_with(key, version=version, timeout=timeout, also=also)
+    if not backend.watch(key, version=version, timeout=timeout):
+        return None
+    return WatchedChange(backend.get(key), {k: backend.get(k) for k in also})

@@ -27,7 +27,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from rallypoint.rendezvous.backend import HeldWatch, RendezvousBackend
@@ -44,10 +44,11 @@ from rallypoint.rendezvous.errors import (
 )
 from rallypoint.rendezvous.factory import open_backend, select_backend
 from rallypoint.rendezvous.heartbeat import Heartbeat
+from rallypoint.rendezvous.result import RoundStatus
 from rallypoint.rendezvous.round_io import KEEP_ROUNDS, RendezvousResult, RoundIO, WorkerStoreInfo, free_port
+from rallypoint.rendezvous.seats import Assign
 from rallypoint.rendezvous.state import (
     CLOSED_KEY,
-    HEADER_KEY,
     JOB_KEY,
     Closed,
     Finished,
@@ -86,27 +87,6 @@ __all__ = [
 log = logging.getLogger("rallypoint.rendezvous")
 
 
-@dataclass(frozen=True)
-class RoundStatus:
-    """What a member reads of the rendezvous while its workers run (one read of the header).
-
-    Attributes:
-        closed: the job is over.
-        failed: it was closed because it failed for good (stop the workers, report the failure).
-        reason: why it was closed, or why the current round was opened.
-        waiting: nodes waiting for a new round, or at least 1 when the running round is over
-            (see :meth:`RendezvousHandler.num_nodes_waiting`).
-        superseded: a newer round than the one this node last completed has opened (membership
-            changed), read in the same header as ``closed``, so the two never disagree.
-    """
-
-    closed: bool
-    failed: bool
-    reason: str
-    waiting: int
-    superseded: bool = False
-
-
 class RendezvousHandler:
     """One node's rendezvous.
 
@@ -130,6 +110,11 @@ class RendezvousHandler:
             The job's first node publishes it; a node whose fingerprint differs is refused with
             :class:`~rallypoint.rendezvous.errors.RendezvousJobMismatchError`. ``None``: not checked.
         owns_backend: :meth:`shutdown` closes ``backend`` (``False``: whoever opened it closes it).
+        assign: the assignment function (see :mod:`rallypoint.rendezvous.seats`): given the
+            members' records in group-rank order, one JSON value per member. The node that
+            completes a round runs it once and each member receives its own value
+            (:attr:`RendezvousResult.assigned`) with its seat, instead of every node reading the
+            whole roster to compute it. ``None``: no assignment (``assigned`` is ``None``).
     """
 
     def __init__(
@@ -145,6 +130,7 @@ class RendezvousHandler:
         incarnation: str | None = None,
         fingerprint: Mapping[str, Any] | None = None,
         owns_backend: bool = False,
+        assign: Assign | None = None,
     ) -> None:
         self.backend = backend
         self._owns_backend = owns_backend
@@ -152,7 +138,7 @@ class RendezvousHandler:
         self.settings = Settings(min_nodes, max_nodes, self.timeouts, backend.run_id)
         self._fixed_port = node.master_port
         self.machine = RendezvousStateMachine(node, incarnation or secrets.token_hex(8), self.settings)
-        self.io = RoundIO(backend, self.machine)
+        self.io = RoundIO(backend, self.machine, assign)
         self.pm = pm
         self.clock = clock
         self._lock = threading.RLock()
@@ -269,6 +255,15 @@ class RendezvousHandler:
         return self.machine.node_id
 
     @property
+    def assign(self) -> Assign | None:
+        """The assignment function the node that completes a round runs (see the class); settable before a round."""
+        return self.io.assign
+
+    @assign.setter
+    def assign(self, function: Assign | None) -> None:
+        self.io.assign = function
+
+    @property
     def last_result(self) -> RendezvousResult | None:
         """The result of the last completed round, if any."""
         return self._last
@@ -347,10 +342,10 @@ class RendezvousHandler:
             timeout = max(0.0, action.until - self.clock())
             if held is not None:  # the first wait: on the watch held since before the first read
                 known, held = self.io.wait_held(held, view, timeout), None
-            elif timeout > 0:
+            else:
                 # Watch the header from the version this step read: a change made since then
                 # (the round completed, a new round opened) returns at once, so no wake-up is lost.
-                self.backend.watch(HEADER_KEY, version=view.header_version, timeout=min(timeout, 3600.0))
+                known = self.io.wait_header(view, timeout)
         if self.pm is not None:
             self.pm.hook.rallypoint_rendezvous_completed(info=result)
         return result

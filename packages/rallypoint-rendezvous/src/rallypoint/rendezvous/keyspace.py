@@ -14,6 +14,11 @@ Every value is JSON (never pickled) and carries only what the protocol in
   order, in one record written once by the node that completes the round; the header names it
   by the digest of its content (see :mod:`rallypoint.rendezvous.roster`), so every member
   reads the whole membership with one read, and nodes sharing a process read it once;
+* ``seat/<node>``: the node's seat in the last round it was placed in (see
+  :mod:`rallypoint.rendezvous.seats`): its group rank, the round's size and store, the peers it
+  watches and, when the handler was given an assignment function, its own assignment; written by
+  the node that completes the round (one request for all of them where the backend can), so that
+  each member receives one small record instead of the whole roster;
 * ``hb/<node>``: a node's heartbeat record, rewritten every ``heartbeat_interval``;
 * ``ticket``: the job-wide arrival counter;
 * ``job``: the job's fingerprint (what it runs), written by its first node and compared by
@@ -59,6 +64,7 @@ __all__ = [
     "join_prefix",
     "roster_key",
     "roster_prefix",
+    "seat_key",
 ]
 
 #: The header format written; headers of format 1 (participants inline, no roster) are read too.
@@ -117,6 +123,11 @@ def roster_prefix(round_: int) -> str:
 def roster_key(round_: int, digest: str) -> str:
     """Key of the roster record of ``round_`` whose content has ``digest``."""
     return f"roster/{round_}/{digest}"
+
+
+def seat_key(node_id: str) -> str:
+    """Key of ``node_id``'s seat record (see :mod:`rallypoint.rendezvous.seats`)."""
+    return f"seat/{node_id}"
 
 
 def heartbeat_key(node_id: str) -> str:
@@ -256,6 +267,13 @@ class Header:
             (:func:`rallypoint.rendezvous.round_io.read_header` does it).
         index: ``(node id, incarnation) -> rank`` of ``participants``, when known (a resolved
             roster brings it), so :meth:`rank_of` needs no scan. Not part of equality.
+        seats: the node that completed the round wrote a seat record per member
+            (``seat/<node>``); a member may resolve the header from its own seat alone.
+        size: the number of members of a complete round whose header names a roster (``0``
+            when unknown: a header written before seats, whose roster gives it).
+        ring: the peers whose heartbeats the resolving node watches, when the header was
+            resolved from its seat (``participants`` is then empty); ``None`` otherwise. Not part
+            of equality.
     """
 
     round: int = 0
@@ -266,6 +284,9 @@ class Header:
     failed: bool = False
     roster: str = ""
     index: Mapping[tuple[str, str], int] | None = field(default=None, compare=False, repr=False)
+    seats: bool = False
+    size: int = 0
+    ring: tuple[str, ...] | None = field(default=None, compare=False, repr=False)
 
     def to_json(self) -> dict[str, Any]:
         """JSON form (small: with a roster, the participants stay in the roster record)."""
@@ -279,6 +300,8 @@ class Header:
             "closed": self.closed,
             "reason": self.reason,
             "failed": self.failed,
+            "seats": self.seats,
+            "size": self.size,
         }
 
     @classmethod
@@ -294,9 +317,16 @@ class Header:
                 reason=str(data.get("reason", "")),
                 failed=bool(data.get("failed", False)),
                 roster=str(data.get("roster") or ""),
+                seats=bool(data.get("seats", False)),
+                size=int(data.get("size", 0)),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise RendezvousStateError(f"malformed rendezvous round header: {data!r} ({exc})") from exc
+
+    @property
+    def num_members(self) -> int:
+        """The number of members of a complete round (known without its roster when it has seats)."""
+        return len(self.participants) or self.size
 
     def member_ids(self) -> list[str]:
         """Participant node ids in rank order."""

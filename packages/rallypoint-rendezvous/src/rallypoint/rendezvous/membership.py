@@ -125,6 +125,6 @@ def nodes_waiting(last_round: int, header: Header, count_next: int, max_nodes: i
         return 0
     if header.round > last_round:
         return max(1, count_next)
-    if header.complete and len(header.participants) < max_nodes:
+    if header.complete and header.num_members < max_nodes:
         return max(0, count_next)
     return 0

@@ -10,12 +10,12 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from rallypoint.rendezvous.backend import Entry, JSONValue, Version, check_key
+from rallypoint.rendezvous.backend import Entry, JSONValue, Version, WatchedChange, check_key
 
 __all__ = ["MemoryBackend", "MemoryOptions", "create_memory_backend"]
 
@@ -214,6 +214,31 @@ class MemoryBackend:
             return current != known
 
         return self._wait(changed, timeout)
+
+    def set_many(self, items: Mapping[str, JSONValue]) -> None:
+        """See :class:`~rallypoint.rendezvous.backend.SupportsSetMany`: every key under one lock."""
+        texts = {check_key(key): _dump(value) for key, value in items.items()}
+        with self._space.cond:
+            for key, text in texts.items():
+                self._write(key, text, None)
+
+    def wait_with(
+        self, key: str, *, version: Version | None, timeout: float, also: Sequence[str]
+    ) -> WatchedChange | None:
+        """See :class:`~rallypoint.rendezvous.backend.SupportsWaitWith`: the change and ``also`` read under one lock."""
+        check_key(key)
+        for k in also:
+            check_key(k)
+        data = self._space.data
+
+        def changed() -> bool:
+            item = data.get(key)
+            return (None if item is None else item[1]) != version
+
+        with self._space.cond:
+            if not self._wait(changed, timeout):
+                return None
+            return WatchedChange(self._entry(key), {k: self._entry(k) for k in also})
 
     def close(self) -> None:
         """Nothing to release; the shared space stays for other handlers."""

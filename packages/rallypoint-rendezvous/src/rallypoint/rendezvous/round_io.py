@@ -3,8 +3,11 @@
 :class:`RoundIO` reads what :class:`~rallypoint.rendezvous.state.RendezvousStateMachine` needs
 (header, join counter, join records, heartbeats) and applies the writes it asks for. The handler
 and the property tests both use it, so both run exactly the same protocol. A completed round is
-turned into a :class:`RendezvousResult` from the round's roster record
-(:mod:`rallypoint.rendezvous.roster`): one read per process, not one per member.
+turned into a :class:`RendezvousResult` from this node's seat (:mod:`rallypoint.rendezvous.seats`):
+one small record per member, which a backend that can (:class:`~rallypoint.rendezvous.backend.SupportsWaitWith`)
+sends with the header change that wakes the member. A member without a valid seat (a header
+written before seats, a stale seat) reads the round's roster record
+(:mod:`rallypoint.rendezvous.roster`) instead: one read per process.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import socket
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from rallypoint.rendezvous.backend import (
@@ -21,14 +24,19 @@ from rallypoint.rendezvous.backend import (
     JSONValue,
     RendezvousBackend,
     SupportsHeldWatch,
+    SupportsWaitWith,
     Version,
+    WatchedChange,
     check_in,
     create_and_add,
+    set_many,
 )
 from rallypoint.rendezvous.errors import RendezvousBackendError, RendezvousStateError
-from rallypoint.rendezvous.keyspace import roster_key, roster_prefix
+from rallypoint.rendezvous.keyspace import roster_key, roster_prefix, seat_key
 from rallypoint.rendezvous.membership import Unreadable, heartbeat_record
+from rallypoint.rendezvous.result import RendezvousResult, WorkerStoreInfo
 from rallypoint.rendezvous.roster import ROSTERS, Roster, encode_roster
+from rallypoint.rendezvous.seats import Assign, Seat, encode_seats
 from rallypoint.rendezvous.state import (
     CLOSED_KEY,
     HEADER_KEY,
@@ -44,6 +52,7 @@ from rallypoint.rendezvous.state import (
     NodeInfo,
     RemoveJoins,
     RendezvousStateMachine,
+    TimedOut,
     View,
     WriteJoin,
     count_key,
@@ -58,60 +67,8 @@ log = logging.getLogger("rallypoint.rendezvous")
 
 #: Rounds older than ``round - KEEP_ROUNDS`` are garbage-collected when a round opens.
 KEEP_ROUNDS = 2
-
-
-@dataclass(frozen=True)
-class WorkerStoreInfo:
-    """Where workers find their store (torch ``env://``): a node's address and the port it offers.
-
-    Worker rank 0 serves the store, so the agent uses :meth:`RendezvousResult.store_on` with the
-    node that its rank strategy gave global rank 0; :attr:`RendezvousResult.store` is group rank
-    0's, right for torch's own agent, which puts global rank 0 on group rank 0.
-
-    Attributes:
-        master_addr: value for ``MASTER_ADDR``.
-        master_port: value for ``MASTER_PORT``, chosen at run time by that node.
-    """
-
-    master_addr: str
-    master_port: int
-
-
-@dataclass(frozen=True)
-class RendezvousResult:
-    """The outcome of a completed round, identical on every member (except ``group_rank``).
-
-    Attributes:
-        run_id: the job's run id.
-        round: the round number.
-        group_rank: this node's rank among the nodes (0..num_nodes-1).
-        num_nodes: the number of nodes in the round.
-        participants: every member's record, in group-rank order.
-        store: group rank 0's store address (``MASTER_ADDR``/``MASTER_PORT``); see :meth:`store_on`.
-    """
-
-    run_id: str
-    round: int
-    group_rank: int
-    num_nodes: int
-    participants: tuple[NodeInfo, ...]
-    store: WorkerStoreInfo
-
-    def store_on(self, node_id: str) -> WorkerStoreInfo:
-        """The store address of participant ``node_id``: its address and the port it offered.
-
-        Raises:
-            KeyError: ``node_id`` is not a participant of this round.
-        """
-        for p in self.participants:
-            if p.node_id == node_id:
-                return WorkerStoreInfo(p.addr, p.master_port if p.master_port is not None else 0)
-        raise KeyError(f"node {node_id!r} is not a participant of round {self.round}")
-
-    @property
-    def node(self) -> NodeInfo:
-        """The record of the node that owns this result."""
-        return self.participants[self.group_rank]
+#: A seat not given by the caller: read it if needed.
+_UNREAD: Any = object()
 
 
 def free_port(host: str = "") -> int:
@@ -122,12 +79,15 @@ def free_port(host: str = "") -> int:
 
 
 #: The field of a complete header's JSON that carries its roster record, in the one write that
-#: completes the round: the nodes woken by that write (their watch's event holds it) need no read
-#: of the roster. The writer rewrites the header without it at once, so that the reads of a
-#: running round (every agent checks the header every ``monitor_interval``) stay small.
+#: completes the round, for a backend that cannot send a member its seat with the change it waits
+#: for (no :class:`~rallypoint.rendezvous.backend.SupportsWaitWith`): the nodes woken by that write
+#: (their watch's event holds it) need no read at all. The writer rewrites the header without it
+#: at once, so that the reads of a running round (every agent checks the header every
+#: ``monitor_interval``) stay small. A backend that sends seats never gets it: each member receives
+#: its own seat (:mod:`rallypoint.rendezvous.seats`), a few hundred bytes whatever the job's size.
 INLINE_ROSTER = "inline_roster"
 #: The largest roster record (JSON text) carried in the header: about 300 nodes. Above it the
-#: members read the roster record (once per process), as every reader of a slim header does.
+#: members read their seat (one small read each).
 INLINE_ROSTER_BYTES = 64 * 1024
 
 
@@ -183,14 +143,25 @@ class RoundIO:
     """Executes state-machine actions against a backend (the only I/O of the algorithm).
 
     Shared by the handler and the tests, so both run exactly the same protocol.
+
+    Args:
+        backend: the key-value space.
+        machine: this node's state machine.
+        assign: the assignment function the node that completes a round runs once for every
+            member (see :mod:`rallypoint.rendezvous.seats`); ``None``: none.
     """
 
-    def __init__(self, backend: RendezvousBackend, machine: RendezvousStateMachine) -> None:
+    def __init__(
+        self, backend: RendezvousBackend, machine: RendezvousStateMachine, assign: Assign | None = None
+    ) -> None:
         self.backend = backend
         self.machine = machine
+        self.assign = assign
         self._hb_seq = 0
         self._joined_count = 0
         self._completed: tuple[Header, Version] | None = None  # the header of the round this node completed
+        self._seat: Seat | None = None  # this node's last seat
+        self._seatless: tuple[int, str] | None = None  # (round, roster) this node found no seat of its own for
 
     # -- reads ---------------------------------------------------------------------------
     def read(self) -> View:
@@ -215,12 +186,57 @@ class RoundIO:
     def _view(self, entries: dict[str, Entry]) -> View:
         """The view of a listing of the round keys: the header (resolved) and its join counter."""
         raw = entries.get(HEADER_KEY)
-        header = Header() if raw is None else resolve(self.backend, _header(raw.value))
+        header = Header() if raw is None else self._resolve(_header(raw.value))
         count = entries.get(count_key(header.round))
         value = 0 if count is None else count.value
         if not isinstance(value, int):
             raise RendezvousStateError(f"malformed rendezvous join counter {count_key(header.round)!r}: {value!r}")
         return View(header, None if raw is None else raw.version, value)
+
+    def _resolve(self, header: Header, seat: Entry | None = _UNREAD) -> Header:
+        """``header`` resolved for this node: from its seat where it has a valid one, else from the roster.
+
+        A header resolved from the seat knows this node's rank only (and the peers it watches);
+        ``seat``: the seat's entry when the caller has it (``None``: absent), else it is read
+        (once per round: a node without a seat of its own does not look again).
+        """
+        if header.seats and header.roster and header.complete:
+            found = self._seat_for(header, seat)
+            if found is not None:
+                me = (self.machine.node_id, self.machine.incarnation)
+                return replace(header, index={me: found.rank}, ring=found.ring)
+        return resolve(self.backend, header)
+
+    def _seat_for(self, header: Header, given: Entry | None) -> Seat | None:
+        inc = self.machine.incarnation
+        if self._seat is not None and self._seat.fits(header, inc):
+            return self._seat
+        key = (header.round, header.roster)
+        if given is _UNREAD:
+            if self._seatless == key:
+                return None  # none for this node: the roster serves
+            given = self.backend.get(seat_key(self.machine.node_id))
+        try:
+            seat = None if given is None else Seat.from_json(given.value)
+        except RendezvousStateError as exc:  # the roster serves; a corrupt roster fails the node there
+            log.debug("node %r: %s", self.machine.node_id, exc)
+            seat = None
+        if seat is None or not seat.fits(header, inc):
+            self._seatless = key
+            return None
+        self._seat = seat
+        return seat
+
+    def _seat_only(self, header: Header | None) -> bool:
+        """Whether ``header`` was resolved from a seat (it knows this node's rank, not the members)."""
+        return header is not None and bool(header.roster) and header.ring is not None and not header.participants
+
+    def _full_header(self, header: Header) -> Header:
+        """``header`` with every participant read from its roster (without them when the roster is gone)."""
+        try:
+            return resolve(self.backend, replace(header, index=None, ring=None))
+        except RendezvousStateError:
+            return replace(header, ring=None)
 
     def read_joins(self, round_: int) -> dict[str, JoinRecord]:
         """The join records of ``round_``, by node id."""
@@ -260,6 +276,9 @@ class RoundIO:
                 view = replace(view, joins=self.read_joins(view.header.round))
             elif isinstance(action, NeedHeartbeats):
                 view = replace(view, heartbeats=self.read_heartbeats(action.node_ids))
+            elif isinstance(action, TimedOut) and self._seat_only(self.machine.last_header):
+                # the timeout names the last round's members that are missing: read them now
+                self.machine.last_header = self._full_header(self.machine.last_header)  # type: ignore[arg-type]
             else:
                 return action, view
         raise AssertionError("rendezvous state machine asked for data repeatedly")  # pragma: no cover
@@ -285,13 +304,14 @@ class RoundIO:
 
         A held watch ends at its own deadline: when the wait must end sooner (a last call), it
         waits with a plain watch instead. A broken watch counts as a change: the next step reads.
+        A backend that sends this node's seat with the change waits with that instead (see
+        :meth:`wait_header`): it compares the version itself, so nothing is missed either.
         """
         try:
             if timeout <= 0:
                 return None
-            if held.remaining() > timeout:
-                self.backend.watch(HEADER_KEY, version=view.header_version, timeout=min(timeout, 3600.0))
-                return None
+            if held.remaining() > timeout or isinstance(self.backend, SupportsWaitWith):
+                return self.wait_header(view, timeout)
             try:
                 change = held.wait(view.header_version)
             except RendezvousBackendError as exc:
@@ -299,21 +319,45 @@ class RoundIO:
                 return None
         finally:
             held.close()
-        return None if change is None else self.view_of_header(change.entry)
+        return self._view_of_change(change)
 
-    def view_of_header(self, entry: Entry | None) -> View | None:
+    def wait_header(self, view: View, timeout: float) -> View | None:
+        """Wait up to ``timeout`` for the header to leave ``view``'s version; the view its change gives, if any.
+
+        Where the backend can (:class:`~rallypoint.rendezvous.backend.SupportsWaitWith`), this
+        node's seat comes with the change: a member learns the completed round from that one
+        message. Otherwise a plain watch, and the next step reads.
+        """
+        if timeout <= 0:
+            return None
+        if not isinstance(self.backend, SupportsWaitWith):
+            self.backend.watch(HEADER_KEY, version=view.header_version, timeout=min(timeout, 3600.0))
+            return None
+        mine = seat_key(self.machine.node_id)
+        change = self.backend.wait_with(
+            HEADER_KEY, version=view.header_version, timeout=min(timeout, 3600.0), also=(mine,)
+        )
+        return self._view_of_change(change, mine)
+
+    def _view_of_change(self, change: WatchedChange | None, seat: str = "") -> View | None:
+        if change is None:
+            return None
+        return self.view_of_header(change.entry, change.also.get(seat, _UNREAD))
+
+    def view_of_header(self, entry: Entry | None, seat: Entry | None = _UNREAD) -> View | None:
         """The view a watched change of the header gives without a read, or ``None`` (read).
 
         Only a complete or closed header stands on its own: the next step of a member finishes
         (or stops) from it, and nobody looks at the join counter of such a round. Of an open
-        header, the step needs the counter too; of a deleted one, nothing is known.
+        header, the step needs the counter too; of a deleted one, nothing is known. ``seat``:
+        this node's seat entry when it came with the change.
         """
         if entry is None:
             return None
         header = _header(entry.value)
         if not (header.complete or header.closed):
             return None
-        return View(resolve(self.backend, header), entry.version, 0)
+        return View(self._resolve(header, seat), entry.version, 0)
 
     # -- writes --------------------------------------------------------------------------
     def heartbeat(self) -> None:
@@ -346,15 +390,11 @@ class RoundIO:
             return True
         if isinstance(action, CasHeader):
             self._completed = None  # only this write's outcome may serve as the next view
-            header = action.header
-            record: dict[str, Any] | None = None
-            if action.roster:  # the membership goes to its own record first; the header names it
-                digest, record = encode_roster(header.round, action.roster)
-                b.set(roster_key(header.round, digest), record)
-                ROSTERS.remember(Roster.parse(header.round, digest, record))
-                header = replace(header, roster=digest)
+            header, record = action.header, None
+            if action.roster:  # the membership and the seats go first; the header names them
+                header, record = self._publish_members(header, action.roster)
             data = header.to_json()
-            inline = record is not None and header.complete and not header.closed and _small(record)
+            inline = record is not None and header.complete and not header.closed and not header.seats
             if inline:  # the members come with the write that wakes them (see INLINE_ROSTER_BYTES)
                 data[INLINE_ROSTER] = record
             ok, stored = b.compare_and_set(HEADER_KEY, data, version=action.expected)
@@ -367,6 +407,26 @@ class RoundIO:
                 self._collect_garbage(action.header.round - KEEP_ROUNDS - 1)
             return ok
         return True
+
+    def _publish_members(self, header: Header, members: tuple[JoinRecord, ...]) -> tuple[Header, dict[str, Any]]:
+        """Write a completing round's roster and its seats (:mod:`~rallypoint.rendezvous.seats`); return the header.
+
+        Seats go where a member receives its own with the header change (the backend sends
+        keys with a change), or where the roster is too big to travel in the header; otherwise
+        the header carries the roster (one read less per member, nothing per member to write).
+        """
+        b = self.backend
+        digest, record = encode_roster(header.round, members)
+        items: dict[str, Any] = {roster_key(header.round, digest): record}
+        seats = isinstance(b, SupportsWaitWith) or not _small(record)
+        if seats:
+            placed = encode_seats(header.round, digest, members, self.assign)
+            items.update((key, seat.to_json()) for key, seat in placed.items())
+            mine = placed.get(seat_key(self.machine.node_id))
+            self._seat = mine if mine is not None and mine.incarnation == self.machine.incarnation else None
+        set_many(b, items)
+        ROSTERS.remember(Roster.parse(header.round, digest, record))
+        return replace(header, roster=digest, seats=seats, size=len(members)), record
 
     def view_after(self, action: Action, view: View) -> View | None:
         """What the next step can use instead of reading again after ``action`` was applied, or ``None``.
@@ -385,7 +445,7 @@ class RoundIO:
             if completed is None:
                 return None
             header, version = completed
-            return View(resolve(self.backend, header), version, view.count)
+            return View(self._resolve(header), version, view.count)
         if not isinstance(action, WriteJoin):
             return None
         count = self._joined_count if action.round == view.header.round else view.count
@@ -417,18 +477,34 @@ class RoundIO:
         self.backend.delete(count_key(round_))
 
     def result(self, finished: Finished) -> RendezvousResult:
-        """Build the result of a finished round from its roster (or, format 1, the join records)."""
+        """The result of a finished round: from this node's seat, else from the roster (or, format 1, the join records).
+
+        From the seat, the participants are read from the roster only when asked for.
+        """
         h = finished.header
-        members = list(_roster(self.backend, h).nodes) if h.roster else self._members_from_joins(h)
-        first = members[0]
-        port = first.master_port if first.master_port is not None else 0
+        backend = self.backend
+
+        def members() -> tuple[NodeInfo, ...]:
+            return _roster(backend, h).nodes if h.roster else tuple(self._members_from_joins(h))
+
+        seat = self._seat
+        if seat is not None and seat.fits(h, self.machine.incarnation):
+            store = WorkerStoreInfo(*seat.store)
+            node = self.machine.node
+            return RendezvousResult(
+                backend.run_id, h.round, finished.rank, seat.size, store, node, seat.assigned, h.roster, members
+            )
+        everyone = members()
+        first = everyone[0]
         return RendezvousResult(
-            run_id=self.backend.run_id,
+            run_id=backend.run_id,
             round=h.round,
             group_rank=finished.rank,
-            num_nodes=len(members),
-            participants=tuple(members),
-            store=WorkerStoreInfo(first.addr, port),
+            num_nodes=len(everyone),
+            store=WorkerStoreInfo(first.addr, first.master_port if first.master_port is not None else 0),
+            node=everyone[finished.rank],
+            roster=h.roster,
+            members=lambda: everyone,
         )
 
     def _members_from_joins(self, h: Header) -> list[NodeInfo]:

@@ -346,7 +346,13 @@ class RendezvousStateMachine:
 
     # -- while a round runs ------------------------------------------------------------
     def watched_peers(self, header: Header) -> tuple[str, ...]:
-        """The members whose heartbeats this node checks while ``header``'s round runs."""
+        """The members whose heartbeats this node checks while ``header``'s round runs.
+
+        A header resolved from this node's seat names them (:attr:`Header.ring`); otherwise they
+        are this node's successors in the ring of the participants.
+        """
+        if header.ring is not None:
+            return header.ring
         return ring_successors(header.member_ids(), self.node_id)
 
     def check_peers(self, view: View, now: float) -> CasHeader | None:

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x10rendezvous.proto\x12\x18rallypoint.rendezvous.v1\"\'\n\x05\x45ntry\x12\r\n\x05value\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\x03\"(\n\nGetRequest\x12\r\n\x05space\x18\x01 \x01(\t\x12\x0b\n\x03key\x18\x02 \x01(\t\"I\n\x08GetReply\x12\x33\n\x05\x65ntry\x18\x01 \x01(\x0b\x32\x1f.rallypoint.rendezvous.v1.EntryH\x00\x88\x01\x01\x42\x08\n\x06_entry\"e\n\nSetRequest\x12\r\n\x05space\x18\x01 \x01(\t\x12\x0b\n\x03key\x18\x02 \x01(\t\x12\r\n\x05value\x18\x03 \x01(\t\x12\x10\n\x03ttl\x18\x04 \x01(\x01H\x00\x88\x01\x01\x12\x12\n\nrequest_id\x18\x05 \x01(\tB\x06\n\x04_ttl\"\x1b\n\x08SetReply\x12\x0f\n\x07version\x18\x01 \x01(\x03\"\x91\x01\n\x14\x43ompareAndSetRequest\x12\r\n\x05space\x18\x01 \x01(\t\x12\x0b\n\x03key\x18\x02 \x01(\t\x12\r\n\x05value\x18\x03 \x01(\t\x12\x14\n\x07version\x18\x04 \x01(\x03H\x00\x88\x01\x01\x12\x10\n\x03ttl\x18\x05 \x01(\x01H\x01\x88\x01\x01\x12\x12\n\nrequest_id\x18\x06 \x01(\tB\n\n\x08_versionB\x06\n\x04_ttl\"d\n\x12\x43ompareAndSetReply\x12\x0f\n\x07written\x18\x01 \x01(\x08\x12\x33\n\x05\x65ntry\x18\x02 \x01(\x0b\x32\x1f.rallypoint.rendezvous.v1.EntryH\x00\x88\x01\x01\x42\x08\n\x06_entry\"L\n\nAddRequest\x12\r\n\x05space\x18\x01 \x01(\t\x12\x0b\n\x03key\x18\x02 \x01(\t\x12\x0e\n\x06\x61mount\x18\x03 \x01(\x03\x12\x12\n\nrequest_id\x18\x04 \x01(\t\"\x19\n\x08\x41\x64\x64Reply\x12\r\n\x05total\x18\x01 \x01(\x03\"u\n\x13\x43reateAndAddRequest\x12\r\n\x05space\x18\x01 \x01(\t\x12\x0b\n\x03key\x18\x02 \x01(\t\x12\r\n\x05value\x18\x03 \x01(\t\x12\x0f\n\x07\x63ounter\x18\x04 \x01(\t\x12\x0e\n\x06\x61mount\x18\x05 \x01(\x03\x12\x12\n\nrequest_id\x18\x06 \x01(\t\"r\n\x11\x43reateAndAddReply\x12\x0f\n\x07\x63reated\x18\x01 \x01(\x08\x12\x33\n\x05\x65ntry\x18\x02 \x01(\x0b\x32\x1f.rallypoint.rendezvous.v1.EntryH\x00\x88\x01\x01\x12\r\n\x05total\x18\x03 \x01(\x03\x42\x08\n\x06_entry\"\x9f\x01\n\x0e\x43heckInRequest\x12\r\n\x05space\x18\x01 \x01(\t\x12\x0e\n\x06prefix\x18\x02 \x01(\t\x12\x0f\n\x07\x63ounter\x18\x03 \x01(\t\x12\x0e\n\x06unless\x18\x04 \x01(\t\x12\x16\n\tclaim_key\x18\x05 \x01(\tH\x00\x88\x01\x01\x12\x13\n\x0b\x63laim_value\x18\x06 \x01(\t\x12\x12\n\nrequest_id\x18\x07 \x01(\tB\x0c\n\n_claim_key\"\x86\x02\n\x0c\x43heckInReply\x12\x44\n\x07\x65ntries\x18\x01 \x03(\x0b\x32\x33.rallypoint.rendezvous.v1.CheckInReply.EntriesEntry\x12\x12\n\x05\x63ount\x18\x02 \x01(\x03H\x00\x88\x01\x01\x12\x35\n\x07\x63laimed\x18\x03 \x01(\x0b\x32\x1f.rallypoint.rendezvous.v1.EntryH\x01\x88\x01\x01\x1aO\n\x0c\x45ntriesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12.\n\x05value\x18\x02 \x01(\x0b\x32\x1f.rallypoint.rendezvous.v1.Entry:\x02\x38\x01\x42\x08\n\x06_countB\n\n\x08_claimed\"a\n\rDeleteRequest\x12\r\n\x05space\x18\x01 \x01(\t\x12\x0b\n\x03key\x18\x02 \x01(\t\x12\x14\n\x07version\x18\x03 \x01(\x03H\x00\x88\x01\x01\x12\x12\n\nrequest_id\x18\x04 \x01(\tB\n\n\x08_version\"\x1e\n\x0b\x44\x65leteReply\x12\x0f\n\x07\x64\x65leted\x18\x01 \x01(\x08\",\n\x0bListRequest\x12\r\n\x05space\x18\x01 \x01(\t\x12\x0e\n\x06prefix\x18\x02 \x01(\t\"\x9f\x01\n\tListReply\x12\x41\n\x07\x65ntries\x18\x01 \x03(\x0b\x32\x30.rallypoint.rendezvous.v1.ListReply.EntriesEntry\x1aO\n\x0c\x45ntriesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12.\n\x05value\x18\x02 \x01(\x0b\x32\x1f.rallypoint.rendezvous.v1.Entry:\x02\x38\x01\"\xe6\x01\n\x0cWatchRequest\x12\r\n\x05space\x18\x01 \x01(\t\x12\x0b\n\x03key\x18\x02 \x01(\t\x12\x0e\n\x06prefix\x18\x03 \x01(\x08\x12\x14\n\x07version\x18\x04 \x01(\x03H\x00\x88\x01\x01\x12\x46\n\x08versions\x18\x05 \x03(\x0b\x32\x34.rallypoint.rendezvous.v1.WatchRequest.VersionsEntry\x12\x0f\n\x07timeout\x18\x06 \x01(\x01\x1a/\n\rVersionsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\x42\n\n\x08_version\"M\n\nWatchEvent\x12\x0f\n\x07\x63hanged\x18\x01 \x01(\x08\x12.\n\x05\x65ntry\x18\x02 \x01(\x0b\x32\x1f.rallypoint.rendezvous.v1.Entry2\xbe\x06\n\nRendezvous\x12O\n\x03Get\x12$.rallypoint.rendezvous.v1.GetRequest\x1a\".rallypoint.rendezvous.v1.GetReply\x12O\n\x03Set\x12$.rallypoint.rendezvous.v1.SetRequest\x1a\".rallypoint.rendezvous.v1.SetReply\x12m\n\rCompareAndSet\x12..rallypoint.rendezvous.v1.CompareAndSetRequest\x1a,.rallypoint.rendezvous.v1.CompareAndSetReply\x12O\n\x03\x41\x64\x64\x12$.rallypoint.rendezvous.v1.AddRequest\x1a\".rallypoint.rendezvous.v1.AddReply\x12j\n\x0c\x43reateAndAdd\x12-.rallypoint.rendezvous.v1.CreateAndAddRequest\x1a+.rallypoint.rendezvous.v1.CreateAndAddReply\x12[\n\x07\x43heckIn\x12(.rallypoint.rendezvous.v1.CheckInRequest\x1a&.rallypoint.rendezvous.v1.CheckInReply\x12X\n\x06\x44\x65lete\x12\'.rallypoint.rendezvous.v1.DeleteRequest\x1a%.rallypoint.rendezvous.v1.DeleteReply\x12R\n\x04List\x12%.rallypoint.rendezvous.v1.ListRequest\x1a#.rallypoint.rendezvous.v1.ListReply\x12W\n\x05Watch\x12&.rallypoint.rendezvous.v1.WatchRequest\x1a$.rallypoint.rendezvous.v1.WatchEvent0\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x10rendezvous.proto\x12\x18rallypoint.rendezvous.v1\"\'\n\x05\x45ntry\x12\r\n\x05value\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\x03\"(\n\nGetRequest\x12\r\n\x05space\x18\x01 \x01(\t\x12\x0b\n\x03key\x18\x02 \x01(\t\"I\n\x08GetReply\x12\x33\n\x05\x65ntry\x18\x01 \x01(\x0b\x32\x1f.rallypoint.rendezvous.v1.EntryH\x00\x88\x01\x01\x42\x08\n\x06_entry\"e\n\nSetRequest\x12\r\n\x05space\x18\x01 \x01(\t\x12\x0b\n\x03key\x18\x02 \x01(\t\x12\r\n\x05value\x18\x03 \x01(\t\x12\x10\n\x03ttl\x18\x04 \x01(\x01H\x00\x88\x01\x01\x12\x12\n\nrequest_id\x18\x05 \x01(\tB\x06\n\x04_ttl\"\x1b\n\x08SetReply\x12\x0f\n\x07version\x18\x01 \x01(\x03\"\x91\x01\n\x14\x43ompareAndSetRequest\x12\r\n\x05space\x18\x01 \x01(\t\x12\x0b\n\x03key\x18\x02 \x01(\t\x12\r\n\x05value\x18\x03 \x01(\t\x12\x14\n\x07version\x18\x04 \x01(\x03H\x00\x88\x01\x01\x12\x10\n\x03ttl\x18\x05 \x01(\x01H\x01\x88\x01\x01\x12\x12\n\nrequest_id\x18\x06 \x01(\tB\n\n\x08_versionB\x06\n\x04_ttl\"d\n\x12\x43ompareAndSetReply\x12\x0f\n\x07written\x18\x01 \x01(\x08\x12\x33\n\x05\x65ntry\x18\x02 \x01(\x0b\x32\x1f.rallypoint.rendezvous.v1.EntryH\x00\x88\x01\x01\x42\x08\n\x06_entry\"L\n\nAddRequest\x12\r\n\x05space\x18\x01 \x01(\t\x12\x0b\n\x03key\x18\x02 \x01(\t\x12\x0e\n\x06\x61mount\x18\x03 \x01(\x03\x12\x12\n\nrequest_id\x18\x04 \x01(\t\"\x19\n\x08\x41\x64\x64Reply\x12\r\n\x05total\x18\x01 \x01(\x03\"u\n\x13\x43reateAndAddRequest\x12\r\n\x05space\x18\x01 \x01(\t\x12\x0b\n\x03key\x18\x02 \x01(\t\x12\r\n\x05value\x18\x03 \x01(\t\x12\x0f\n\x07\x63ounter\x18\x04 \x01(\t\x12\x0e\n\x06\x61mount\x18\x05 \x01(\x03\x12\x12\n\nrequest_id\x18\x06 \x01(\t\"r\n\x11\x43reateAndAddReply\x12\x0f\n\x07\x63reated\x18\x01 \x01(\x08\x12\x33\n\x05\x65ntry\x18\x02 \x01(\x0b\x32\x1f.rallypoint.rendezvous.v1.EntryH\x00\x88\x01\x01\x12\r\n\x05total\x18\x03 \x01(\x03\x42\x08\n\x06_entry\"\x9f\x01\n\x0e\x43heckInRequest\x12\r\n\x05space\x18\x01 \x01(\t\x12\x0e\n\x06prefix\x18\x02 \x01(\t\x12\x0f\n\x07\x63ounter\x18\x03 \x01(\t\x12\x0e\n\x06unless\x18\x04 \x01(\t\x12\x16\n\tclaim_key\x18\x05 \x01(\tH\x00\x88\x01\x01\x12\x13\n\x0b\x63laim_value\x18\x06 \x01(\t\x12\x12\n\nrequest_id\x18\x07 \x01(\tB\x0c\n\n_claim_key\"\x86\x02\n\x0c\x43heckInReply\x12\x44\n\x07\x65ntries\x18\x01 \x03(\x0b\x32\x33.rallypoint.rendezvous.v1.CheckInReply.EntriesEntry\x12\x12\n\x05\x63ount\x18\x02 \x01(\x03H\x00\x88\x01\x01\x12\x35\n\x07\x63laimed\x18\x03 \x01(\x0b\x32\x1f.rallypoint.rendezvous.v1.EntryH\x01\x88\x01\x01\x1aO\n\x0c\x45ntriesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12.\n\x05value\x18\x02 \x01(\x0b\x32\x1f.rallypoint.rendezvous.v1.Entry:\x02\x38\x01\x42\x08\n\x06_countB\n\n\x08_claimed\"\xa5\x01\n\x0eSetManyRequest\x12\r\n\x05space\x18\x01 \x01(\t\x12\x42\n\x05items\x18\x02 \x03(\x0b\x32\x33.rallypoint.rendezvous.v1.SetManyRequest.ItemsEntry\x12\x12\n\nrequest_id\x18\x03 \x01(\t\x1a,\n\nItemsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x1f\n\x0cSetManyReply\x12\x0f\n\x07version\x18\x01 \x01(\x03\"a\n\rDeleteRequest\x12\r\n\x05space\x18\x01 \x01(\t\x12\x0b\n\x03key\x18\x02 \x01(\t\x12\x14\n\x07version\x18\x03 \x01(\x03H\x00\x88\x01\x01\x12\x12\n\nrequest_id\x18\x04 \x01(\tB\n\n\x08_version\"\x1e\n\x0b\x44\x65leteReply\x12\x0f\n\x07\x64\x65leted\x18\x01 \x01(\x08\",\n\x0bListRequest\x12\r\n\x05space\x18\x01 \x01(\t\x12\x0e\n\x06prefix\x18\x02 \x01(\t\"\x9f\x01\n\tListReply\x12\x41\n\x07\x65ntries\x18\x01 \x03(\x0b\x32\x30.rallypoint.rendezvous.v1.ListReply.EntriesEntry\x1aO\n\x0c\x45ntriesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12.\n\x05value\x18\x02 \x01(\x0b\x32\x1f.rallypoint.rendezvous.v1.Entry:\x02\x38\x01\"\xf4\x01\n\x0cWatchRequest\x12\r\n\x05space\x18\x01 \x01(\t\x12\x0b\n\x03key\x18\x02 \x01(\t\x12\x0e\n\x06prefix\x18\x03 \x01(\x08\x12\x14\n\x07version\x18\x04 \x01(\x03H\x00\x88\x01\x01\x12\x46\n\x08versions\x18\x05 \x03(\x0b\x32\x34.rallypoint.rendezvous.v1.WatchRequest.VersionsEntry\x12\x0f\n\x07timeout\x18\x06 \x01(\x01\x12\x0c\n\x04\x61lso\x18\x07 \x03(\t\x1a/\n\rVersionsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\x42\n\n\x08_version\"\xd9\x01\n\nWatchEvent\x12\x0f\n\x07\x63hanged\x18\x01 \x01(\x08\x12.\n\x05\x65ntry\x18\x02 \x01(\x0b\x32\x1f.rallypoint.rendezvous.v1.Entry\x12<\n\x04\x61lso\x18\x03 \x03(\x0b\x32..rallypoint.rendezvous.v1.WatchEvent.AlsoEntry\x1aL\n\tAlsoEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12.\n\x05value\x18\x02 \x01(\x0b\x32\x1f.rallypoint.rendezvous.v1.Entry:\x02\x38\x01\x32\x9b\x07\n\nRendezvous\x12O\n\x03Get\x12$.rallypoint.rendezvous.v1.GetRequest\x1a\".rallypoint.rendezvous.v1.GetReply\x12O\n\x03Set\x12$.rallypoint.rendezvous.v1.SetRequest\x1a\".rallypoint.rendezvous.v1.SetReply\x12m\n\rCompareAndSet\x12..rallypoint.rendezvous.v1.CompareAndSetRequest\x1a,.rallypoint.rendezvous.v1.CompareAndSetReply\x12O\n\x03\x41\x64\x64\x12$.rallypoint.rendezvous.v1.AddRequest\x1a\".rallypoint.rendezvous.v1.AddReply\x12j\n\x0c\x43reateAndAdd\x12-.rallypoint.rendezvous.v1.CreateAndAddRequest\x1a+.rallypoint.rendezvous.v1.CreateAndAddReply\x12[\n\x07\x43heckIn\x12(.rallypoint.rendezvous.v1.CheckInRequest\x1a&.rallypoint.rendezvous.v1.CheckInReply\x12[\n\x07SetMany\x12(.rallypoint.rendezvous.v1.SetManyRequest\x1a&.rallypoint.rendezvous.v1.SetManyReply\x12X\n\x06\x44\x65lete\x12\'.rallypoint.rendezvous.v1.DeleteRequest\x1a%.rallypoint.rendezvous.v1.DeleteReply\x12R\n\x04List\x12%.rallypoint.rendezvous.v1.ListRequest\x1a#.rallypoint.rendezvous.v1.ListReply\x12W\n\x05Watch\x12&.rallypoint.rendezvous.v1.WatchRequest\x1a$.rallypoint.rendezvous.v1.WatchEvent0\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,10 +33,14 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_CHECKINREPLY_ENTRIESENTRY']._loaded_options = None
   _globals['_CHECKINREPLY_ENTRIESENTRY']._serialized_options = b'8\001'
+  _globals['_SETMANYREQUEST_ITEMSENTRY']._loaded_options = None
+  _globals['_SETMANYREQUEST_ITEMSENTRY']._serialized_options = b'8\001'
   _globals['_LISTREPLY_ENTRIESENTRY']._loaded_options = None
   _globals['_LISTREPLY_ENTRIESENTRY']._serialized_options = b'8\001'
   _globals['_WATCHREQUEST_VERSIONSENTRY']._loaded_options = None
   _globals['_WATCHREQUEST_VERSIONSENTRY']._serialized_options = b'8\001'
+  _globals['_WATCHEVENT_ALSOENTRY']._loaded_options = None
+  _globals['_WATCHEVENT_ALSOENTRY']._serialized_options = b'8\001'
   _globals['_ENTRY']._serialized_start=46
   _globals['_ENTRY']._serialized_end=85
   _globals['_GETREQUEST']._serialized_start=87
@@ -65,22 +69,30 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_CHECKINREPLY']._serialized_end=1351
   _globals['_CHECKINREPLY_ENTRIESENTRY']._serialized_start=1250
   _globals['_CHECKINREPLY_ENTRIESENTRY']._serialized_end=1329
-  _globals['_DELETEREQUEST']._serialized_start=1353
-  _globals['_DELETEREQUEST']._serialized_end=1450
-  _globals['_DELETEREPLY']._serialized_start=1452
-  _globals['_DELETEREPLY']._serialized_end=1482
-  _globals['_LISTREQUEST']._serialized_start=1484
-  _globals['_LISTREQUEST']._serialized_end=1528
-  _globals['_LISTREPLY']._serialized_start=1531
-  _globals['_LISTREPLY']._serialized_end=1690
+  _globals['_SETMANYREQUEST']._serialized_start=1354
+  _globals['_SETMANYREQUEST']._serialized_end=1519
+  _globals['_SETMANYREQUEST_ITEMSENTRY']._serialized_start=1475
+  _globals['_SETMANYREQUEST_ITEMSENTRY']._serialized_end=1519
+  _globals['_SETMANYREPLY']._serialized_start=1521
+  _globals['_SETMANYREPLY']._serialized_end=1552
+  _globals['_DELETEREQUEST']._serialized_start=1554
+  _globals['_DELETEREQUEST']._serialized_end=1651
+  _globals['_DELETEREPLY']._serialized_start=1653
+  _globals['_DELETEREPLY']._serialized_end=1683
+  _globals['_LISTREQUEST']._serialized_start=1685
+  _globals['_LISTREQUEST']._serialized_end=1729
+  _globals['_LISTREPLY']._serialized_start=1732
+  _globals['_LISTREPLY']._serialized_end=1891
   _globals['_LISTREPLY_ENTRIESENTRY']._serialized_start=1250
   _globals['_LISTREPLY_ENTRIESENTRY']._serialized_end=1329
-  _globals['_WATCHREQUEST']._serialized_start=1693
-  _globals['_WATCHREQUEST']._serialized_end=1923
-  _globals['_WATCHREQUEST_VERSIONSENTRY']._serialized_start=1864
-  _globals['_WATCHREQUEST_VERSIONSENTRY']._serialized_end=1911
-  _globals['_WATCHEVENT']._serialized_start=1925
-  _globals['_WATCHEVENT']._serialized_end=2002
-  _globals['_RENDEZVOUS']._serialized_start=2005
-  _globals['_RENDEZVOUS']._serialized_end=2835
+  _globals['_WATCHREQUEST']._serialized_start=1894
+  _globals['_WATCHREQUEST']._serialized_end=2138
+  _globals['_WATCHREQUEST_VERSIONSENTRY']._serialized_start=2079
+  _globals['_WATCHREQUEST_VERSIONSENTRY']._serialized_end=2126
+  _globals['_WATCHEVENT']._serialized_start=2141
+  _globals['_WATCHEVENT']._serialized_end=2358
+  _globals['_WATCHEVENT_ALSOENTRY']._serialized_start=2282
+  _globals['_WATCHEVENT_ALSOENTRY']._serialized_end=2358
+  _globals['_RENDEZVOUS']._serialized_start=2361
+  _globals['_RENDEZVOUS']._serialized_end=3284
 # @@protoc_insertion_point(module_scope)

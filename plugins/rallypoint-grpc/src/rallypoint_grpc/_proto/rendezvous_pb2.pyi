@@ -1,7 +1,7 @@
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
-from collections.abc import Mapping as _Mapping
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
 from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
@@ -151,6 +151,29 @@ class CheckInReply(_message.Message):
     claimed: Entry
     def __init__(self, entries: _Optional[_Mapping[str, Entry]] = ..., count: _Optional[int] = ..., claimed: _Optional[_Union[Entry, _Mapping]] = ...) -> None: ...
 
+class SetManyRequest(_message.Message):
+    __slots__ = ("space", "items", "request_id")
+    class ItemsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    SPACE_FIELD_NUMBER: _ClassVar[int]
+    ITEMS_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    space: str
+    items: _containers.ScalarMap[str, str]
+    request_id: str
+    def __init__(self, space: _Optional[str] = ..., items: _Optional[_Mapping[str, str]] = ..., request_id: _Optional[str] = ...) -> None: ...
+
+class SetManyReply(_message.Message):
+    __slots__ = ("version",)
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    version: int
+    def __init__(self, version: _Optional[int] = ...) -> None: ...
+
 class DeleteRequest(_message.Message):
     __slots__ = ("space", "key", "version", "request_id")
     SPACE_FIELD_NUMBER: _ClassVar[int]
@@ -191,7 +214,7 @@ class ListReply(_message.Message):
     def __init__(self, entries: _Optional[_Mapping[str, Entry]] = ...) -> None: ...
 
 class WatchRequest(_message.Message):
-    __slots__ = ("space", "key", "prefix", "version", "versions", "timeout")
+    __slots__ = ("space", "key", "prefix", "version", "versions", "timeout", "also")
     class VersionsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -205,18 +228,29 @@ class WatchRequest(_message.Message):
     VERSION_FIELD_NUMBER: _ClassVar[int]
     VERSIONS_FIELD_NUMBER: _ClassVar[int]
     TIMEOUT_FIELD_NUMBER: _ClassVar[int]
+    ALSO_FIELD_NUMBER: _ClassVar[int]
     space: str
     key: str
     prefix: bool
     version: int
     versions: _containers.ScalarMap[str, int]
     timeout: float
-    def __init__(self, space: _Optional[str] = ..., key: _Optional[str] = ..., prefix: _Optional[bool] = ..., version: _Optional[int] = ..., versions: _Optional[_Mapping[str, int]] = ..., timeout: _Optional[float] = ...) -> None: ...
+    also: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, space: _Optional[str] = ..., key: _Optional[str] = ..., prefix: _Optional[bool] = ..., version: _Optional[int] = ..., versions: _Optional[_Mapping[str, int]] = ..., timeout: _Optional[float] = ..., also: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class WatchEvent(_message.Message):
-    __slots__ = ("changed", "entry")
+    __slots__ = ("changed", "entry", "also")
+    class AlsoEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: Entry
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[Entry, _Mapping]] = ...) -> None: ...
     CHANGED_FIELD_NUMBER: _ClassVar[int]
     ENTRY_FIELD_NUMBER: _ClassVar[int]
+    ALSO_FIELD_NUMBER: _ClassVar[int]
     changed: bool
     entry: Entry
-    def __init__(self, changed: _Optional[bool] = ..., entry: _Optional[_Union[Entry, _Mapping]] = ...) -> None: ...
+    also: _containers.MessageMap[str, Entry]
+    def __init__(self, changed: _Optional[bool] = ..., entry: _Optional[_Union[Entry, _Mapping]] = ..., also: _Optional[_Mapping[str, Entry]] = ...) -> None: ...

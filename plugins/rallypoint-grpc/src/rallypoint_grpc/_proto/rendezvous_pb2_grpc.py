@@ -64,6 +64,11 @@ class RendezvousStub:
                 request_serializer=rendezvous__pb2.CheckInRequest.SerializeToString,
                 response_deserializer=rendezvous__pb2.CheckInReply.FromString,
                 _registered_method=True)
+        self.SetMany = channel.unary_unary(
+                '/rallypoint.rendezvous.v1.Rendezvous/SetMany',
+                request_serializer=rendezvous__pb2.SetManyRequest.SerializeToString,
+                response_deserializer=rendezvous__pb2.SetManyReply.FromString,
+                _registered_method=True)
         self.Delete = channel.unary_unary(
                 '/rallypoint.rendezvous.v1.Rendezvous/Delete',
                 request_serializer=rendezvous__pb2.DeleteRequest.SerializeToString,
@@ -120,6 +125,12 @@ class RendezvousServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SetMany(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Delete(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -171,6 +182,11 @@ def add_RendezvousServicer_to_server(servicer, server):
                     servicer.CheckIn,
                     request_deserializer=rendezvous__pb2.CheckInRequest.FromString,
                     response_serializer=rendezvous__pb2.CheckInReply.SerializeToString,
+            ),
+            'SetMany': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetMany,
+                    request_deserializer=rendezvous__pb2.SetManyRequest.FromString,
+                    response_serializer=rendezvous__pb2.SetManyReply.SerializeToString,
             ),
             'Delete': grpc.unary_unary_rpc_method_handler(
                     servicer.Delete,
@@ -350,6 +366,33 @@ class Rendezvous:
             '/rallypoint.rendezvous.v1.Rendezvous/CheckIn',
             rendezvous__pb2.CheckInRequest.SerializeToString,
             rendezvous__pb2.CheckInReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetMany(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rallypoint.rendezvous.v1.Rendezvous/SetMany',
+            rendezvous__pb2.SetManyRequest.SerializeToString,
+            rendezvous__pb2.SetManyReply.FromString,
             options,
             channel_credentials,
             insecure,

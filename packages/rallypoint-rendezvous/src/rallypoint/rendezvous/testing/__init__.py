@@ -36,8 +36,11 @@ The kit checks: basic reads and writes, JSON-only values, key validation, run-id
 version tokens, compare-and-set and atomic add under races between threads and processes,
 delete, prefix listing at scale, write ordering seen from another process, watch wake-ups and
 timeouts, TTL expiry (when ``supports_ttl``), and the handler on top: N nodes join, a late node
-waits, a node dies, close, join timeout. A backend that offers the optional held watch adds
-:class:`HeldWatchConformance` to its backend class.
+waits, a node dies, close, join timeout, the assignment function's value reaching each member.
+Writing many keys and waiting with more keys are checked on every backend (through the fallbacks
+where it lacks them). A backend that offers the optional held watch adds
+:class:`HeldWatchConformance` to its backend class; one that writes many keys in one call,
+:class:`SetManyConformance`; one that sends more keys with a change, :class:`WaitWithConformance`.
 
 For torch interop, :func:`run_torchrun_agents` starts real ``torchrun`` agents that meet through a
 backend's ``--rdzv-backend rallypoint-<name>`` handler and run :data:`TORCHRUN_JOB` (a gloo
@@ -54,6 +57,8 @@ from rallypoint.rendezvous.testing.backend import (
     BackendConformance,
     HeldWatchConformance,
     MultiProcessBackendConformance,
+    SetManyConformance,
+    WaitWithConformance,
 )
 from rallypoint.rendezvous.testing.handler import HandlerConformance, MultiProcessHandlerConformance
 from rallypoint.rendezvous.testing.nodes import FAST_TIMEOUTS, make_node
@@ -66,6 +71,8 @@ __all__ = [
     "HeldWatchConformance",
     "MultiProcessBackendConformance",
     "MultiProcessHandlerConformance",
+    "SetManyConformance",
+    "WaitWithConformance",
     "TORCHRUN_JOB",
     "assert_torch_registry_has",
     "make_node",

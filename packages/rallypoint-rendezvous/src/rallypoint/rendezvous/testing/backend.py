@@ -11,7 +11,16 @@ from typing import Any
 
 import pytest
 
-from rallypoint.rendezvous.backend import RendezvousBackend, SupportsHeldWatch, check_in, create_and_add
+from rallypoint.rendezvous.backend import (
+    RendezvousBackend,
+    SupportsHeldWatch,
+    SupportsSetMany,
+    SupportsWaitWith,
+    check_in,
+    create_and_add,
+    set_many,
+    wait_with,
+)
 from rallypoint.rendezvous.testing.nodes import Factory
 from rallypoint.rendezvous.testing.processes import (
     Portable,
@@ -24,7 +33,13 @@ from rallypoint.rendezvous.testing.processes import (
     sequential_writer,
 )
 
-__all__ = ["BackendConformance", "HeldWatchConformance", "MultiProcessBackendConformance"]
+__all__ = [
+    "BackendConformance",
+    "HeldWatchConformance",
+    "MultiProcessBackendConformance",
+    "SetManyConformance",
+    "WaitWithConformance",
+]
 
 
 class BackendConformance:
@@ -295,6 +310,47 @@ class BackendConformance:
         assert backend.get("lease") is None
         assert backend.get("forever") is not None
 
+    def test_set_many(self, backend: RendezvousBackend) -> None:
+        """Many keys in one call (or one by one, through the fallback); a bad key writes nothing."""
+        items = {f"seat/n{i}": {"rank": i, "ring": [f"n{i + 1}"]} for i in range(50)}
+        set_many(backend, {**items, "roster/0/d": {"members": list(range(10))}})
+        assert {k: e.value for k, e in backend.list("seat/").items()} == items
+        assert backend.get("roster/0/d").value == {"members": list(range(10))}  # type: ignore[union-attr]
+        first = backend.get("seat/n0")
+        set_many(backend, {"seat/n0": {"rank": 7}})
+        again = backend.get("seat/n0")
+        assert again is not None
+        assert first is not None
+        assert again.value == {"rank": 7}
+        assert again.version != first.version
+        with pytest.raises(ValueError, match="bad key"):
+            set_many(backend, {"ok/key": 1, "bad key": 2})
+        assert backend.get("ok/key") is None
+        set_many(backend, {})
+
+    def test_wait_with(self, backend_factory: Factory, run_id: str) -> None:
+        """A change comes with the keys asked for (through the fallback where the backend lacks it)."""
+        backend, other = backend_factory(run_id), backend_factory(run_id)
+        seen = backend.set("h", "seen")
+        t = threading.Timer(0.1, lambda: (other.set("mine", {"rank": 3}), other.set("h", "complete")))
+        t.start()
+        try:
+            change = wait_with(backend, "h", version=seen, timeout=30, also=("mine", "absent"))
+        finally:
+            t.join()
+        assert change is not None
+        assert change.entry is not None
+        assert change.entry.value == "complete"
+        mine = change.also["mine"]
+        assert mine is not None
+        assert mine.value == {"rank": 3}
+        assert change.also["absent"] is None
+        start = time.monotonic()
+        current = backend.get("h")
+        assert current is not None
+        assert wait_with(backend, "h", version=current.version, timeout=0.2, also=("mine",)) is None
+        assert 0.15 <= time.monotonic() - start < 10
+
 
 class HeldWatchConformance:
     """Checks of the optional held watch (:class:`~rallypoint.rendezvous.backend.SupportsHeldWatch`).
@@ -339,6 +395,38 @@ class HeldWatchConformance:
         finally:
             held.close()
             held.close()  # twice is harmless
+
+
+class SetManyConformance:
+    """The backend offers :class:`~rallypoint.rendezvous.backend.SupportsSetMany` (checked by ``test_set_many``).
+
+    Add it to the backend's conformance class, as :class:`HeldWatchConformance`.
+    """
+
+    def test_offers_set_many(self, backend_factory: Factory, run_id: str) -> None:
+        """Offered, and a value that is no JSON writes nothing."""
+        backend = backend_factory(run_id)
+        assert isinstance(backend, SupportsSetMany), f"{type(backend).__name__} has no set_many"
+        with pytest.raises(TypeError):
+            backend.set_many({"a": 1, "b": object()})
+        assert backend.get("a") is None
+
+
+class WaitWithConformance:
+    """The backend offers :class:`~rallypoint.rendezvous.backend.SupportsWaitWith` (checked by ``test_wait_with``)."""
+
+    def test_offers_wait_with(self, backend_factory: Factory, run_id: str) -> None:
+        """Offered, and a change already made returns at once, with the keys asked for."""
+        backend = backend_factory(run_id)
+        assert isinstance(backend, SupportsWaitWith), f"{type(backend).__name__} has no wait_with"
+        backend.set("x", {"seat": 1})
+        version = backend.set("h", "now")
+        change = backend.wait_with("h", version=None, timeout=30, also=("x",))
+        assert change is not None
+        assert change.entry is not None
+        assert (change.entry.value, change.entry.version) == ("now", version)
+        assert change.also["x"] is not None
+        assert change.also["x"].value == {"seat": 1}
 
 
 class MultiProcessBackendConformance(BackendConformance):

@@ -6,12 +6,15 @@ from __future__ import annotations
 import threading
 import time
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
 
+from rallypoint.rendezvous.backend import SupportsWaitWith
 from rallypoint.rendezvous.errors import RendezvousClosedError, RendezvousTimeoutError
 from rallypoint.rendezvous.handler import RendezvousHandler, RendezvousResult
+from rallypoint.rendezvous.state import NodeInfo
 from rallypoint.rendezvous.testing.nodes import FAST_TIMEOUTS, PATIENT_TIMEOUTS, Factory, make_node
 from rallypoint.rendezvous.testing.processes import Portable, collect, fork_server, join_and_hang, join_process
 from rallypoint.rendezvous.timeouts import RendezvousTimeouts
@@ -88,6 +91,37 @@ class HandlerConformance:
         finally:
             for h in handlers:
                 h.shutdown()
+
+    def test_assignment_reaches_each_member(self, backend_factory: Factory, run_id: str) -> None:
+        """The assignment function runs on the node that completes the round; each member gets its own value.
+
+        Where the backend sends a member its seat with the change (``wait_with``), every member
+        receives its value and the function ran once. Elsewhere a member may receive ``None``
+        (the header carried the roster instead) and computes the value itself.
+        """
+        calls: list[int] = []
+
+        def assign(members: Sequence[NodeInfo]) -> list[dict[str, Any]]:
+            calls.append(len(members))
+            return [{"id": m.node_id, "of": len(members)} for m in members]
+
+        handlers = [
+            RendezvousHandler(
+                backend_factory(run_id), make_node(i), min_nodes=3, max_nodes=3, timeouts=FAST_TIMEOUTS, assign=assign
+            )
+            for i in range(3)
+        ]
+        try:
+            results = self._assert_agree(self._in_threads(handlers), 3)
+        finally:
+            for h in handlers:
+                h.shutdown()
+        for r in results:
+            assert r.assigned in (None, {"id": r.node.node_id, "of": 3}), r.assigned
+        assert set(calls) <= {3}  # never run without seats (the header carried the roster)
+        if isinstance(handlers[0].backend, SupportsWaitWith):
+            assert [r.assigned for r in results] == [{"id": r.node.node_id, "of": 3} for r in results]
+            assert len(calls) == 1, "the assignment function ran more than once"
 
     def test_late_node_waits_then_joins_next_round(self, backend_factory: Factory, run_id: str) -> None:
         a, b, c = self._handlers(backend_factory, run_id, 3, 2, 3)
