@@ -158,6 +158,22 @@ class SlurmDdpJob:
             time.sleep(0.1)
         return starts
 
+    def assert_each_run_resumed_from_its_notice(
+        self, runs: Sequence[list[dict[str, Any]]], signals: Sequence[str], logs: Path
+    ) -> None:
+        """Each requeued run's workers resumed from the checkpoint its notice wrote, all under one run id.
+
+        ``runs[i]`` are the start records of the run after the ``i``-th notice, whose signal is
+        ``signals[i]``; ``logs`` holds one log directory only, the job id's (a requeue is the same run).
+        """
+        notices = [json.loads(line) for line in (self.out / "preempted.jsonl").read_text().splitlines()]
+        assert [n["signal"] for n in notices] == list(signals), notices
+        for starts, notice in zip(runs, notices, strict=True):
+            assert sorted(s["rank"] for s in starts) == [0, 1, 2], self.starts()
+            assert {s["resumed"] for s in starts} == {notice["step"]}
+        names = sorted(p.name for p in logs.iterdir())
+        assert names == [f"slurm-{self.job_id}"], names
+
     def wait_nodes_idle(self, timeout: float = 30) -> None:
         """Wait until every compute node is idle: no job, and nothing of one left to finish."""
         idle = ["idle"] * len(self.cluster.nodes)

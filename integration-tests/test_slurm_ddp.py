@@ -84,16 +84,10 @@ def test_a_requeued_job_resumes_from_the_notice_checkpoint_under_the_same_run_id
     second = job.resumed(2)
     state = job.wait_end(timeout=120)
     assert state == "COMPLETED", job.output()[-4000:]
-    notices = [json.loads(line) for line in (job.out / "preempted.jsonl").read_text().splitlines()]
-    assert [n["signal"] for n in notices] == ["SIGUSR2", "SIGTERM"], notices
-    # every worker of each requeued run resumed from the checkpoint its notice wrote, and counts the requeues
-    for starts, notice in [(first, notices[0]), (second, notices[1])]:
-        assert sorted(s["rank"] for s in starts) == [0, 1, 2], job.starts()
-        assert {s["resumed"] for s in starts} == {notice["step"]}
+    # every worker of each requeued run resumed from the checkpoint its notice wrote; all three runs ran
+    # under the run id of the job id: a requeued job is the same run
+    job.assert_each_run_resumed_from_its_notice([first, second], ["SIGUSR2", "SIGTERM"], tmp_path / "logs")
     assert job.progress()[-1]["step"] == 80
-    # all three runs ran under the run id of the job id: a requeued job is the same run
-    logs = sorted(p.name for p in (tmp_path / "logs").iterdir())
-    assert logs == [f"slurm-{job.job_id}"], logs
     out = job.output()
     assert out.count("the workers ended after a preemption notice (SIGUSR2), before the job's end: exit 75") == 3, out
     assert out.count("stopped on a preemption notice (SIGTERM): exit 75") == 3, out[-4000:]

@@ -7,7 +7,6 @@ there: its rounds, its restart count, and whether it was closed.
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Any
@@ -38,14 +37,8 @@ def test_an_etcd_job_requeued_after_each_notice_resumes_under_the_same_run_id(sl
     out = job.output()
     assert state == "COMPLETED", out[-4000:]
     assert "a finished run cannot be joined again" not in out, out[-4000:]
-    notices = [json.loads(line) for line in (job.out / "preempted.jsonl").read_text().splitlines()]
-    assert [n["signal"] for n in notices] == ["SIGUSR2", "SIGTERM"], notices
-    for starts, notice in [(first, notices[0]), (second, notices[1])]:
-        assert sorted(s["rank"] for s in starts) == [0, 1, 2], job.starts()
-        assert {s["resumed"] for s in starts} == {notice["step"]}
+    job.assert_each_run_resumed_from_its_notice([first, second], ["SIGUSR2", "SIGTERM"], tmp_path / "logs")
     assert job.progress()[-1]["step"] == 60
-    logs = sorted(p.name for p in (tmp_path / "logs").iterdir())
-    assert logs == [f"slurm-{job.job_id}"], logs
     assert out.count(f"job 'slurm-{job.job_id}' succeeded") == 3, out[-3000:]  # the last run only
     rounds = {r: sorted({s["round"] for s in job.starts() if s["restart"] == r}) for r in (0, 1, 2)}
     # the warning's run closed the job and its last agent removed the keys: the next run starts afresh
