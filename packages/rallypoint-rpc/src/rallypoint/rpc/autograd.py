@@ -18,8 +18,11 @@ the leaf's worker and never left in ``.grad``, so concurrent contexts (trainers)
 leaves' accumulators run as in a local ``backward`` (with their hooks: DDP averages its
 gradients there, as under torch's distributed autograd); each worker runs one local pass at a
 time, and takes the gradients out of ``.grad`` when it ends.
-A gradient message is answered only once the backward pass it started has finished on every
-worker it reached, so :func:`backward` returns when the whole pass is done. Contexts are
+A gradient message is answered once the gradients it leads to have come back from every worker
+it reached, so :func:`backward` returns when the gradients of every worker's received tensors
+are computed; each worker computes its own parameters' gradients after its reply left
+(:mod:`rallypoint.rpc.param_pass`), and :func:`get_gradients` (and so the distributed
+optimizer's step) waits for them. Contexts are
 released on every worker they reached when ``with context()`` exits, and when a backward pass
 fails (a worker died: the error names it).
 """
@@ -27,23 +30,19 @@ fails (a worker died: the error names it).
 from __future__ import annotations
 
 import contextlib
-import itertools
-import threading
-import weakref
-from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
 
+from rallypoint.rpc.contexts import RECV_ANCHOR as _MARK
+from rallypoint.rpc.contexts import ContextTable, DistContext, table
 from rallypoint.rpc.current import current_agent
 from rallypoint.rpc.errors import RpcError, SerializationError, WorkerUnavailable
 from rallypoint.rpc.gradctx import ACTIVE, Active
+from rallypoint.rpc.param_pass import plan_pass
 
 __all__ = ["UnavailableInBackward", "backward", "context", "get_gradients", "lending_grad"]
-
-_RELEASED_KEPT = 65536  # ids of released contexts remembered per worker (late messages are refused)
-_MARK = "_rallypoint_recv_anchor"
 
 
 class UnavailableInBackward(WorkerUnavailable):
@@ -59,167 +58,6 @@ class UnavailableInBackward(WorkerUnavailable):
 
     def __str__(self) -> str:
         return str(self.args[0])
-
-
-class DistContext:
-    """One worker's share of a distributed autograd context.
-
-    Attributes:
-        id: the context's id (unique in the group: the origin's rank in the high bits).
-        grads: gradients of this worker's leaves, keyed by the leaf tensor.
-        sends: tensors this worker sent in the context, by send id (their graphs stay alive).
-        peers: workers this worker exchanged messages with in the context (released with it).
-    """
-
-    def __init__(self, agent: Any, ctx_id: int) -> None:
-        self.id = ctx_id
-        self._agent = weakref.ref(agent)  # the agent's table holds its contexts: no cycle through them
-        self.lock = threading.Lock()
-        self.grads: dict[torch.Tensor, torch.Tensor] = {}
-        self.sends: dict[int, torch.Tensor] = {}
-        self.peers: set[str] = set()
-        self._send_ids = itertools.count()
-        # the input of every recv node: makes the node part of the graph that reaches the leaves
-        self.anchor = torch.empty(0, requires_grad=True)
-        setattr(self.anchor, _MARK, True)
-
-    @property
-    def agent(self) -> Any:
-        """The worker's agent."""
-        return _alive(self._agent)
-
-    def add_peer(self, name: str) -> None:
-        """Note a worker this context was sent to (or came from)."""
-        if name != self.agent.info.name:
-            with self.lock:
-                self.peers.add(name)
-
-    def record_send(self, tensor: torch.Tensor) -> int:
-        """Keep a tensor being sent; returns its send id."""
-        send_id = next(self._send_ids)
-        with self.lock:
-            self.sends[send_id] = tensor
-        return send_id
-
-    def accumulate(self, leaf: torch.Tensor, grad: torch.Tensor) -> None:
-        """Add ``grad`` to the leaf's gradient in this context.
-
-        A gradient whose elements share memory (a broadcast view, e.g. the gradient of a sum, as
-        computed here or received) is kept as a contiguous copy: optimizers may write to it.
-        """
-        if any(s == 0 and n > 1 for n, s in zip(grad.shape, grad.stride(), strict=True)):
-            grad = grad.contiguous()
-        with self.lock:
-            previous = self.grads.get(leaf)
-            self.grads[leaf] = grad if previous is None else previous + grad
-
-
-class ContextTable:
-    """The contexts one worker takes part in."""
-
-    def __init__(self, agent: Any) -> None:
-        self._agent = weakref.ref(agent)  # a value of _TABLES, which is keyed by the agent itself
-        self._lock = threading.Lock()
-        self._contexts: dict[int, DistContext] = {}
-        self._released: OrderedDict[int, None] = OrderedDict()
-        self._counter = itertools.count()
-        # The ``.grad`` of this worker's tensors is lent to one holder at a time: a local backward
-        # pass (to the leaves' accumulators, see _accumulate) or an optimizer step (see
-        # lending_grad). ``outbox``: the gradient messages of the pass that holds it, found from
-        # any thread the autograd engine runs a recv node's backward in.
-        self.grad_lock = threading.RLock()
-        self.outbox: _Outbox | None = None
-
-    @property
-    def agent(self) -> Any:
-        """The worker's agent."""
-        return _alive(self._agent)
-
-    def __len__(self) -> int:
-        with self._lock:
-            return len(self._contexts)
-
-    def ids(self) -> list[int]:
-        """The ids of the contexts alive here."""
-        with self._lock:
-            return list(self._contexts)
-
-    def new(self) -> DistContext:
-        """A fresh context started by this worker."""
-        ctx_id = (self.agent.info.id << 40) | next(self._counter)
-        with self._lock:
-            ctx = self._contexts[ctx_id] = DistContext(self.agent, ctx_id)
-        return ctx
-
-    def join(self, ctx_id: Any, src: str) -> DistContext:
-        """The context of a received message (created on its first message here)."""
-        if not isinstance(ctx_id, int) or isinstance(ctx_id, bool) or not 0 <= ctx_id < 1 << 62:
-            raise SerializationError(f"malformed autograd context id received by {self.agent.info.name}")
-        with self._lock:
-            ctx = self._contexts.get(ctx_id)
-            if ctx is None:
-                if ctx_id in self._released:
-                    raise RpcError(
-                        f"distributed autograd context {ctx_id} was already released on {self.agent.info.name}; "
-                        "send calls of a context only inside its `with context()` block"
-                    )
-                ctx = self._contexts[ctx_id] = DistContext(self.agent, ctx_id)
-        ctx.add_peer(src)
-        return ctx
-
-    def get(self, ctx_id: int) -> DistContext:
-        """A context alive here.
-
-        Raises:
-            RpcError: unknown here, or already released.
-        """
-        with self._lock:
-            ctx = self._contexts.get(ctx_id)
-            released = ctx_id in self._released
-        if ctx is None:
-            state = "was released" if released else "is unknown"
-            raise RpcError(f"distributed autograd context {ctx_id} {state} on {self.agent.info.name}")
-        return ctx
-
-    def release(self, ctx_id: int, src: str | None) -> None:
-        """Drop a context here and tell the workers it reached (except ``src``, who told us)."""
-        with self._lock:
-            ctx = self._contexts.pop(ctx_id, None)
-            self._released[ctx_id] = None
-            while len(self._released) > _RELEASED_KEPT:
-                self._released.popitem(last=False)
-        if ctx is None:
-            return
-        with ctx.lock:
-            peers = sorted(ctx.peers - {src or ""})
-            ctx.sends.clear()
-            ctx.grads.clear()
-        for name in peers:
-            # fire and forget: a dead peer has nothing left to release
-            with contextlib.suppress(RpcError, ValueError):
-                peer = self.agent.worker(name)
-                fut = self.agent.send(peer, {"op": "ad_release", "ctx": ctx_id}, {}, None, f"release context {ctx_id}")
-                fut._add_callback(lambda f: f.exception())
-
-
-def _alive(ref: weakref.ref[Any]) -> Any:
-    agent = ref()
-    if agent is None:
-        raise RpcError("the RPC agent of this distributed autograd context is gone (RPC was shut down)")
-    return agent
-
-
-_TABLES: weakref.WeakKeyDictionary[Any, ContextTable] = weakref.WeakKeyDictionary()
-_TABLES_LOCK = threading.Lock()
-
-
-def table(agent: Any) -> ContextTable:
-    """The context table of ``agent``."""
-    with _TABLES_LOCK:
-        found = _TABLES.get(agent)
-        if found is None:
-            found = _TABLES[agent] = ContextTable(agent)
-        return found
 
 
 # ------------------------------------------------------------------------------------------ API
@@ -255,10 +93,20 @@ def lending_grad() -> Iterator[None]:
 def get_gradients(context_id: int) -> dict[torch.Tensor, torch.Tensor]:
     """The gradients this worker holds in a context: ``{leaf tensor: gradient}`` (a copy of the mapping).
 
+    Waits for the parameter gradients this worker still computes in the context (a backward
+    pass started elsewhere returns before them: see :mod:`rallypoint.rpc.param_pass`).
+
     Raises:
-        RpcError: the context is unknown on this worker, or released.
+        RpcError: the context is unknown on this worker, or released; computing its parameter
+            gradients here failed (the error says how).
     """
     ctx = table(current_agent()).get(context_id)
+    failed = ctx.pending.wait()  # the parameter passes still running here (see rallypoint.rpc.param_pass)
+    if failed is not None:
+        raise RpcError(
+            f"computing the parameter gradients of context {context_id} on {ctx.agent.info.name} failed: "
+            f"{type(failed).__name__}: {failed}"
+        ) from failed
     with ctx.lock:
         return dict(ctx.grads)
 
@@ -266,7 +114,9 @@ def get_gradients(context_id: int) -> dict[torch.Tensor, torch.Tensor]:
 def backward(context_id: int, roots: Sequence[torch.Tensor], retain_graph: bool = False) -> None:
     """Run the backward pass from ``roots`` (scalars) across every worker the context reached.
 
-    Returns once the gradients are in the context on every worker (see :func:`get_gradients`).
+    Returns once the gradients are in the context on this worker; on the others, the gradients
+    of their parameters may still be computing, and :func:`get_gradients` there (which
+    ``DistributedOptimizer.step`` uses) waits for them (see :mod:`rallypoint.rpc.param_pass`).
     Graphs stay alive until the context exits (``retain_graph`` is accepted for torch
     compatibility: backward may run again in the same context).
 
@@ -312,30 +162,54 @@ def run_backward(
         grad_outputs.append(grad)
     if not outputs:
         return []
-    leaves = _leaves(outputs)
     contexts = table(ctx.agent)
+    # Resumed for another worker, the pass returns once the gradients that leave this worker are
+    # on their way; this worker's parameters get theirs after the reply (see param_pass).
+    plan = plan_pass(outputs, _MARK, split=reply_to is not None)
     outbox = _Outbox(reply_to)
     try:
         with contexts.grad_lock:
             previous, contexts.outbox = contexts.outbox, outbox
             try:
-                computed = _accumulate(outputs, grad_outputs, leaves)
+                if plan.branch:
+                    found = torch.autograd.grad(
+                        outputs, [*plan.anchors, *plan.branch], grad_outputs, retain_graph=True, allow_unused=True
+                    )
+                    computed: list[torch.Tensor | None] = list(found)
+                else:
+                    computed = _accumulate(outputs, grad_outputs, plan.leaves)
             finally:
                 contexts.outbox = previous
     finally:
         error = outbox.finish()  # outside the lock: the passes it waits for may come back here
     if error is not None:
         raise error
-    for leaf, got in zip(leaves, computed, strict=True):
+    if plan.branch:
+        started = [(e, g) for e, g in zip(plan.branch, computed[len(plan.anchors) :], strict=True) if g is not None]
+        if started:
+            contexts.param_passes.submit(ctx.pending, lambda: _parameter_pass(contexts, ctx, started, plan.own))
+        return outbox.returned
+    for leaf, got in zip(plan.leaves, computed, strict=True):
         if got is not None and not getattr(leaf, _MARK, False):
             ctx.accumulate(leaf, got)
     return outbox.returned
 
 
+def _parameter_pass(
+    contexts: ContextTable, ctx: DistContext, started: list[tuple[Any, torch.Tensor]], own: list[torch.Tensor]
+) -> None:
+    """Part 2 of a split pass: from its branch point to this worker's own leaves; sends nothing."""
+    with contexts.grad_lock:
+        computed = _accumulate([e for e, _ in started], [g for _, g in started], own)
+    for leaf, got in zip(own, computed, strict=True):
+        if got is not None:
+            ctx.accumulate(leaf, got)
+
+
 def _accumulate(
-    outputs: list[torch.Tensor], grad_outputs: list[torch.Tensor], leaves: list[torch.Tensor]
+    outputs: Sequence[Any], grad_outputs: list[torch.Tensor], leaves: list[torch.Tensor]
 ) -> list[torch.Tensor | None]:
-    """The local pass from ``outputs``: the gradient of each leaf (``None``: not reached).
+    """The local pass from ``outputs`` (tensors or gradient edges): the gradient of each leaf (``None``: not reached).
 
     The leaves' accumulators run, as in ``loss.backward()``, so that what hooks them runs too:
     DDP's reducer averages its parameters' gradients across its group there (and writes the
@@ -458,30 +332,6 @@ def _gradient_for(agent: Any, ctx_id: Any, send_id: Any, grad: Any) -> tuple[Dis
         # would copy it itself, at every product of the pass.
         grad = grad.contiguous()
     return ctx, sent, grad
-
-
-def _leaves(outputs: list[torch.Tensor]) -> list[torch.Tensor]:
-    """The leaves (and recv anchors) that ``outputs`` depend on, each once.
-
-    ``seen`` holds the graph's node objects, not just their ids: Python's objects for autograd
-    nodes are made on access and freed when unused, and a freed one's id can be given to the next
-    node met, which was then taken for seen and its leaves lost (seen on Python 3.12 with a CUDA
-    remote module: no leaf found, so no gradient flowed back).
-    """
-    seen: dict[int, Any] = {}
-    found: dict[int, torch.Tensor] = {}
-    stack = [t.grad_fn for t in outputs if t.grad_fn is not None]
-    while stack:
-        node = stack.pop()
-        if id(node) in seen:
-            continue
-        seen[id(node)] = node  # kept alive while the walk lasts, so ids stay unique
-        variable = getattr(node, "variable", None)
-        if isinstance(variable, torch.Tensor):
-            found.setdefault(id(variable), variable)
-            continue
-        stack.extend(nxt for nxt, _ in node.next_functions if nxt is not None)
-    return list(found.values())
 
 
 class _Recv(torch.autograd.Function):

@@ -30,7 +30,7 @@ class Active:
         """The encoder sends ``tensor`` (it requires grad) in this context: its ``ad`` tag.
 
         The context keeps the tensor, with its graph, for the backward pass (``record_send`` of
-        :class:`rallypoint.rpc.autograd.DistContext`); the tag names the context, this worker
+        :class:`rallypoint.rpc.contexts.DistContext`); the tag names the context, this worker
         and the send.
         """
         return [self.context.id, self.agent.info.name, self.context.record_send(tensor)]
