@@ -70,3 +70,18 @@ def test_the_check_passes_a_one_way_graph_and_ignores_other_distributions(tmp_pa
         },
     )
     assert circles(edges(dist)) == []
+
+
+#: The gRPC plugin's code that both wings use: the channel per process, TLS and tokens
+#: (``transport``, ``tls_check``), endpoints and file checks (``options``).
+GRPC_SHARED = {"rallypoint_grpc", "rallypoint_grpc.transport", "rallypoint_grpc.tls_check", "rallypoint_grpc.options"}
+
+
+def test_the_grpc_plugins_rpc_wing_and_its_rendezvous_modules_share_only_the_channel_code() -> None:
+    (grpc,) = [d for d in distributions() if d.folder.name == "rallypoint-grpc"]
+    graph = edges(grpc)
+    wing = {m for m in graph if m == "rallypoint_grpc.rpc" or m.startswith("rallypoint_grpc.rpc.")}
+    assert "rallypoint_grpc.rpc.transport" in wing
+    outside = {m for m in graph if m not in wing and m not in GRPC_SHARED and m != "rallypoint_grpc.hooks"}
+    assert {m: sorted(graph[m] & outside) for m in wing if graph[m] & outside} == {}
+    assert {m: sorted(graph[m] & wing) for m in outside | GRPC_SHARED if graph[m] & wing} == {}

@@ -15,8 +15,8 @@ from typing import Any
 from rallypoint import rpc
 from rallypoint.rpc.agent import RpcAgent, WorkerInfo
 from rallypoint.rpc.exposure import Exposure
-from rallypoint_grpc.rpc_options import GrpcRpcOptions
-from rallypoint_grpc.rpc_transport import GrpcRpcTransport
+from rallypoint_grpc.rpc.options import GrpcRpcOptions
+from rallypoint_grpc.rpc.transport import GrpcRpcTransport
 
 TOKEN = "test-token-0123456789"
 #: Side effects of the functions below, to prove that a refused call ran nothing.

@@ -16,7 +16,7 @@ import pytest
 from pydantic import BaseModel, ValidationError
 
 from rallypoint_grpc.options import GrpcOptions
-from rallypoint_grpc.rpc_options import GrpcRpcOptions
+from rallypoint_grpc.rpc.options import GrpcRpcOptions
 
 PEM = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
 

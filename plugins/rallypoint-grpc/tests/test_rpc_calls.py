@@ -140,7 +140,7 @@ def test_a_malformed_batch_of_decrefs_changes_nothing() -> None:
         (kept,) = owner.owned.ids()
         for refs in ({kept: 1, "other": -1}, {kept: True}, [kept]):
             with pytest.raises(rpc.RpcError, match="malformed reference count"):
-                owner._op_decref({"op": "decref", "refs": refs}, [])  # type: ignore[attr-defined]
+                owner._ops["decref"]({"op": "decref", "refs": refs}, [])  # the agent's incoming side (rpc.incoming)
         assert owner.owned.ids() == [kept]  # nothing given back: the value is still there
         assert rref.rpc_sync().get() == 1
 

@@ -10,8 +10,8 @@ import torch
 
 from rallypoint import rpc
 from rallypoint.rpc.api import use_agent
-from rallypoint_grpc import rpc_transport
-from rallypoint_grpc.rpc_transport import STREAM_METHOD, _chunks
+from rallypoint_grpc.rpc import transport as rpc_transport
+from rallypoint_grpc.rpc.transport import STREAM_METHOD, _chunks
 
 from . import rpc_group as g
 

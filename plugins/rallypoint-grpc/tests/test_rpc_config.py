@@ -8,7 +8,7 @@ import pytest
 
 from rallypoint.core.errors import ConfigError
 from rallypoint.rpc import RpcOptions
-from rallypoint_grpc.rpc_options import GrpcRpcOptions
+from rallypoint_grpc.rpc.options import GrpcRpcOptions
 
 
 def test_options_from_the_variables_the_agent_sets() -> None:

@@ -17,7 +17,7 @@ import torch
 from rallypoint import rpc
 from rallypoint.rpc.api import use_agent
 from rallypoint.rpc.wire import pack
-from rallypoint_grpc.rpc_transport import METHOD
+from rallypoint_grpc.rpc.transport import METHOD
 
 from . import rpc_group as g
 from .certs import make_certs

@@ -12,8 +12,8 @@ import torch
 from rallypoint import rpc
 from rallypoint.rpc.api import use_agent
 from rallypoint.rpc.wire import pack_parts
-from rallypoint_grpc.rpc_shm import REF_MAGIC, THRESHOLD, SharedMemoryPath
-from rallypoint_grpc.rpc_transport import METHOD
+from rallypoint_grpc.rpc.shared_memory import REF_MAGIC, THRESHOLD, SharedMemoryPath
+from rallypoint_grpc.rpc.transport import METHOD
 
 from . import rpc_group as g
 

@@ -20,8 +20,8 @@ import torch
 from rallypoint import rpc
 from rallypoint.rpc.api import use_agent
 from rallypoint.rpc.wire import pack
-from rallypoint_grpc.rpc_socket import HEAD, MAGIC
-from rallypoint_grpc.rpc_transport import HELLO_METHOD
+from rallypoint_grpc.rpc.socket_server import HEAD, MAGIC
+from rallypoint_grpc.rpc.transport import HELLO_METHOD
 
 from . import rpc_group as g
 from .certs import make_certs
@@ -114,7 +114,7 @@ def test_hello_needs_the_token() -> None:
 
 
 def test_garbage_and_oversized_messages_on_the_socket_never_crash_a_worker(caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.WARNING, logger="rallypoint_grpc.rpc_socket")
+    caplog.set_level(logging.WARNING, logger="rallypoint_grpc.rpc.socket_server")
     with g.rpc_group(2, max_frame_bytes=1 << 20) as agents, use_agent(agents[0]):
         attacks = [
             b"garbage" * 10,
@@ -178,7 +178,7 @@ def test_a_call_on_a_connection_the_peer_closed_is_made_once_on_a_new_one() -> N
 def test_a_call_whose_peer_closed_its_socket_and_offers_none_now_goes_over_grpc(
     monkeypatch: pytest.MonkeyPatch, kind: str
 ) -> None:
-    from rallypoint_grpc import rpc_transport
+    from rallypoint_grpc.rpc import transport as rpc_transport
 
     with g.rpc_group(2) as agents, use_agent(agents[0]):
         assert rpc.rpc_sync("w1", g.add, args=(1, 2)) == 3
@@ -196,7 +196,7 @@ def test_a_call_whose_peer_closed_its_socket_and_offers_none_now_goes_over_grpc(
 
 
 def test_a_request_that_cannot_leave_raises_not_sent_and_names_the_peer() -> None:
-    from rallypoint_grpc.rpc_socket_client import ClientConnection, Deadlines, NotSent
+    from rallypoint_grpc.rpc.socket_client import ClientConnection, Deadlines, NotSent
 
     ours, theirs = socket.socketpair()
     theirs.close()
@@ -278,7 +278,7 @@ def test_threads_that_mix_blocking_and_asynchronous_calls_and_timeouts_all_get_t
 
 
 def test_a_peer_whose_sockets_cannot_be_reached_is_called_over_grpc(monkeypatch: pytest.MonkeyPatch) -> None:
-    from rallypoint_grpc import rpc_transport
+    from rallypoint_grpc.rpc import transport as rpc_transport
 
     def unreachable(kind: str, where: Any, timeout: float) -> socket.socket:
         raise ConnectionRefusedError(f"{kind} {where}: refused (a firewall, in this test)")
@@ -298,7 +298,7 @@ def test_socket_directories_of_killed_workers_are_removed_by_the_next_worker(mon
     import shutil
     from pathlib import Path
 
-    from rallypoint_grpc.rpc_socket import SocketServer
+    from rallypoint_grpc.rpc.socket_server import SocketServer
 
     base = Path(tempfile.mkdtemp(prefix="rp-sweep-", dir="/tmp"))  # short: socket paths are limited
     try:
@@ -340,7 +340,7 @@ def test_a_signal_that_comes_as_a_blocking_wait_times_out_is_taken_back() -> Non
     "RuntimeError: release unlocked lock" in the helper thread, whose dead reading left the other
     callers' replies unread (seen once in CI: four calls timed out after 30 s).
     """
-    from rallypoint_grpc.rpc_socket_client import _Waiter
+    from rallypoint_grpc.rpc.socket_client import _Waiter
 
     waiter = _Waiter()
     acquired = waiter.lock.acquire(timeout=0.01)  # the wait times out...

@@ -27,43 +27,35 @@ the options) and be writable by no one else; everything is created private (see
 that the run directory is still there (the same lock file), still writable, and that the
 revision counter is well formed and never goes back: a deleted, replaced, read-only or corrupted
 run directory fails the next call with the path named, instead of a silent hang.
+
+:class:`FileBackend` is the key-value protocol; each of its other jobs has a module named for
+it: :mod:`~rallypoint_file.run_directory` (creating or opening the run directory, ``FORMAT``),
+:mod:`~rallypoint_file.integrity` (the check that it is intact), :mod:`~rallypoint_file.revisions`
+(the write lock and the counter), :mod:`~rallypoint_file.state_files` (reading and writing the
+key files and change tokens) and :mod:`~rallypoint_file.watching` (how watches poll).
 """
 
 from __future__ import annotations
 
 import contextlib
-import errno
-import fcntl
 import json
 import os
-import secrets
-import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from rallypoint.rendezvous.backend import Entry, JSONValue, Version, check_key
-from rallypoint.rendezvous.errors import RendezvousBackendError, RendezvousStateError
-from rallypoint_file.layout import (
-    FORMAT,
-    LOCK_RE,
-    LOCK_SIZE,
-    REV_WIDTH,
-    TOKEN,
-    dump_json,
-    key_of,
-    key_path,
-    path_lock,
-    quote,
-    read_bytes,
-)
+from rallypoint.rendezvous.errors import RendezvousBackendError
+from rallypoint_file import run_directory
+from rallypoint_file.integrity import CHECK_INTERVAL, RunIntegrity
+from rallypoint_file.layout import FORMAT, RunPaths, dump_json, key_of, key_path, quote
 from rallypoint_file.options import FileOptions
+from rallypoint_file.revisions import RevisionLock
+from rallypoint_file.state_files import atomic_write, publish, read_record
 from rallypoint_file.trust import Trust
+from rallypoint_file.watching import poll, read_token, token_paths
 
 __all__ = ["CHECK_INTERVAL", "FORMAT", "FileBackend", "FileOptions", "create_file_backend"]
-
-#: How often (seconds) a backend in use checks that its run directory is intact.
-CHECK_INTERVAL = 1.0
 
 
 class FileBackend:
@@ -99,184 +91,42 @@ class FileBackend:
         check_key(run_id)
         self.run_id = run_id
         self.base = Path(path)
-        self.root = self.base / run_id
-        self.kv = self.root / "kv"
+        self.paths = RunPaths.of(self.base, run_id)
+        self.root = self.paths.root
+        self.kv = self.paths.kv
         self._kv = str(self.kv)
         self.poll_interval = poll_interval
         self.read_only = read_only
         self.trust = Trust.for_group(group)
-        self._lock_path = self.root / "lock"
-        self._lock_file = str(self._lock_path)
-        #: The highest revision this client wrote or read: the counter may never fall below it.
-        self._max_rev = 0
-        self._next_check = 0.0
-        #: what a check found wrong with the run directory: raised again by every later call
-        self._broken: RendezvousStateError | None = None
-        self._nonce: bytes | None = None
+        self._integrity = RunIntegrity(self.paths, read_only=read_only)
         if read_only:
-            self._open_existing()
+            run_directory.open_existing(self.paths, self.trust, self._integrity)
         else:
-            self._create()
-        self._tlock = path_lock(self.root.resolve())
+            run_directory.create(self.paths, self.trust)
+        self._revisions = RevisionLock(self._integrity, read_only=read_only)
         if not read_only:
-            self._init_format()
+            run_directory.init_format(self.paths, self.trust, self._revisions)
 
-    # -- opening -------------------------------------------------------------------------
-    def _create(self) -> None:
-        """Create (or check) the base directory, the run directory, ``kv/`` and the lock file."""
-        where = self.base
-        try:
-            self.trust.make_dirs(self.base)
-            self.trust.check_base(self.base)
-            for where in (self.root, self.kv):
-                self.trust.make_dir(where)
-            where = self._lock_path
-            with contextlib.suppress(FileExistsError):
-                fd = os.open(self._lock_file, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, self.trust.file_mode)
-                try:
-                    self.trust.fix_file(fd)
-                finally:
-                    os.close(fd)
-        except OSError as exc:
-            raise RendezvousBackendError(f"cannot create rendezvous directory or file {where}: {exc}") from exc
-        self.trust.check_tree(self.root)
-
-    def _open_existing(self) -> None:
-        """Read-only: check an existing run directory and its FORMAT; create nothing."""
-        if not self.root.is_dir():
-            raise RendezvousStateError(
-                f"no rendezvous state for run {self.run_id!r}: no rendezvous directory {self.root} (no job with "
-                f"that run id has used rendezvous.options.path {self.base}); check the path and the run id"
-            )
-        self.trust.check_base(self.base)
-        self.trust.check_tree(self.root)
-        try:
-            self._parse_lock(read_bytes(self._lock_file))
-        except FileNotFoundError:
-            raise RendezvousStateError(f"{self.root} has no lock file: not a rallypoint rendezvous directory") from None
-        self._check_format(self._read_json(str(self.root / "FORMAT")))
-
-    # -- files ---------------------------------------------------------------------------
-    def _init_format(self) -> None:
-        fmt = self.root / "FORMAT"
-        with self._locked() as fd:
-            if not fmt.exists():
-                others = [p.name for p in self.root.iterdir() if p.name not in ("kv", "lock", "FORMAT")]
-                if others or any(self.kv.iterdir()):
-                    raise RendezvousStateError(
-                        f"{self.root} is not a rallypoint rendezvous directory (it has no FORMAT file but holds "
-                        f"{sorted(others) or 'files under kv/'}); choose another rendezvous.options.path or run_id"
-                    )
-                nonce = secrets.token_hex(16).encode()
-                try:
-                    os.pwrite(fd, b"%*d %s" % (REV_WIDTH, 0, nonce), 0)
-                except OSError as exc:
-                    raise RendezvousBackendError(f"cannot write the revision counter {self._lock_path}: {exc}") from exc
-                self._nonce = nonce
-                self._atomic_write(str(fmt), json.dumps({**FORMAT, "run_id": self.run_id}))
-                return
-            self._check_format(self._read_json(str(fmt)))
-            self._parse_lock(os.pread(fd, 64, 0))
-
-    def _check_format(self, data: Any) -> None:
-        fmt = self.root / "FORMAT"
-        if not isinstance(data, dict) or data.get("format") != FORMAT["format"] or data.get("run_id") != self.run_id:
-            raise RendezvousStateError(
-                f"{fmt} does not describe a rallypoint-file rendezvous of run {self.run_id!r} (found {data!r}); "
-                f"choose another rendezvous.options.path or delete the directory"
-            )
-        if data.get("version") != FORMAT["version"]:
-            raise RendezvousStateError(
-                f"{fmt} has format version {data.get('version')!r}; this rallypoint-file reads version "
-                f"{FORMAT['version']}: use the same rallypoint-file on every node, and a new run_id"
-            )
-
-    def _gone(self, what: str) -> RendezvousStateError:
-        return RendezvousStateError(
-            f"the rendezvous directory {self.root} of run {self.run_id!r} was {what} while the job ran "
-            f"({self._lock_path}); this node stops. Start the job again (a new run_id avoids mixing with "
-            "whatever is there now)"
-        )
-
-    def _verify(self) -> None:
-        """At most once per :data:`CHECK_INTERVAL`: :meth:`check_intact` (a verdict found is final)."""
-        if self._broken is not None:
-            raise self._broken
-        now = time.monotonic()
-        if now >= self._next_check:
-            self._next_check = now + CHECK_INTERVAL
-            self.check_intact()
-
+    # -- the run directory ---------------------------------------------------------------
     def check_intact(self) -> None:
         """Check that the run directory is the one this backend opened, writable and uncorrupted.
 
         The node's threads share the check (it runs at most once per :data:`CHECK_INTERVAL`), so
         what it finds is kept: every later call of this backend raises it again, whichever
-        thread made the check and whatever that thread did with the error.
+        thread made the check and whatever that thread did with the error
+        (see :class:`~rallypoint_file.integrity.RunIntegrity`).
 
         Raises:
             RendezvousStateError: it was deleted or replaced, the revision counter is corrupt or
                 went back, or it can no longer be written (made read-only or immutable). Each is
                 for good, not an outage to ride out: the node stops at once.
         """
-        if self._broken is not None:
-            raise self._broken
-        try:
-            self._check_intact()
-        except RendezvousStateError as exc:
-            self._broken = exc
-            raise
+        self._integrity.check_intact()
 
-    def _check_intact(self) -> None:
-        try:
-            fd = os.open(self._lock_file, os.O_RDONLY | os.O_NOFOLLOW)
-        except FileNotFoundError:
-            raise self._gone("deleted") from None
-        except OSError as exc:
-            raise RendezvousStateError(f"cannot open the rendezvous lock file {self._lock_path}: {exc}") from exc
-        try:
-            try:  # no writer is half-way through the counter; readers never wait for writers
-                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-            except BlockingIOError:
-                self._next_check = time.monotonic() + 0.05  # a write is under way: look again soon
-            else:
-                self._parse_lock(os.pread(fd, 64, 0))
-        finally:
-            os.close(fd)
-        if self.read_only:
-            return
-        for path in (self.root, self.kv, self._lock_path):
-            if not os.access(path, os.W_OK):
-                raise RendezvousStateError(
-                    f"rendezvous {'file' if path == self._lock_path else 'directory'} {path} of run "
-                    f"{self.run_id!r} can no longer be written (made read-only or immutable while the job ran); "
-                    "this node stops"
-                )
+    def _verify(self) -> None:
+        self._integrity.verify()
 
-    def _parse_lock(self, raw: bytes) -> int:
-        """The revision counter: well formed, of this run directory, and not below any revision seen.
-
-        The first call records the run directory's nonce; later calls compare with it.
-        """
-        m = LOCK_RE.fullmatch(raw) if len(raw) == LOCK_SIZE else None
-        if m is None:
-            raise RendezvousStateError(
-                f"rendezvous revision counter in {self._lock_path} is corrupt (found {raw[:64]!r}); "
-                f"the run directory {self.root} cannot be trusted: stop the job and start it with a new run_id"
-            )
-        if self._nonce is None:
-            self._nonce = m.group(2)
-        elif m.group(2) != self._nonce:
-            raise self._gone("replaced")
-        rev = int(m.group(1))
-        if rev < self._max_rev:
-            raise RendezvousStateError(
-                f"rendezvous revision counter in {self._lock_path} went back from {self._max_rev} to {rev} "
-                f"(rewritten by something else than rallypoint); the run directory {self.root} cannot be trusted: "
-                "stop the job and start it with a new run_id"
-            )
-        return rev
-
+    # -- files ---------------------------------------------------------------------------
     def _path(self, key: str) -> str:
         return key_path(self._kv, key)
 
@@ -284,133 +134,22 @@ class FileBackend:
         """The file that holds ``key``."""
         return Path(self._path(key))
 
-    def _read_json(self, path: str) -> Any:
-        try:
-            text = read_bytes(path).decode("utf-8")
-        except FileNotFoundError:
-            return None
-        except (OSError, UnicodeDecodeError) as exc:
-            raise RendezvousStateError(f"cannot read rendezvous state file {path}: {exc}") from exc
-        try:
-            return json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise RendezvousStateError(
-                f"rendezvous state file {path} is corrupt (not JSON: {exc}); delete the run directory "
-                f"{self.root} or use a new run_id"
-            ) from exc
-
     def _read(self, path: str) -> Entry | None:
-        data = self._read_json(path)
-        if data is None:
-            return None
-        if not isinstance(data, dict) or set(data) != {"v", "value"} or not isinstance(data["v"], int):
-            raise RendezvousStateError(
-                f"rendezvous state file {path} is not a rallypoint-file record (found {str(data)[:200]!r}); "
-                f"delete the run directory {self.root} or use a new run_id"
-            )
-        if data["v"] > self._max_rev:
-            self._max_rev = data["v"]
-        return Entry(data["value"], data["v"])
-
-    def _atomic_write(self, path: str, text: str) -> None:
-        directory, name = os.path.split(path)
-        tmp = os.path.join(directory, f".{name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
-        try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, self.trust.file_mode)
-            try:
-                self.trust.fix_file(fd)
-                data = text.encode("utf-8")
-                while data:
-                    data = data[os.write(fd, data) :]
-            finally:
-                os.close(fd)
-            os.replace(tmp, path)
-        except OSError as exc:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise RendezvousBackendError(f"cannot write rendezvous state file {path}: {exc}") from exc
-
-    @contextlib.contextmanager
-    def _locked(self) -> Iterator[int]:
-        """Hold the write lock; yields the lock file's descriptor (which holds the counter)."""
-        if self.read_only:
-            raise RendezvousBackendError(
-                f"the rendezvous directory {self.root} was opened read-only (rallypoint status); it cannot be written"
-            )
-        with self._tlock:
-            try:
-                fd = os.open(self._lock_file, os.O_RDWR | os.O_NOFOLLOW)
-            except FileNotFoundError:
-                raise self._gone("deleted") from None
-            except OSError as exc:
-                raise RendezvousBackendError(f"cannot open lock file {self._lock_path}: {exc}") from exc
-            try:
-                while True:
-                    try:
-                        fcntl.flock(fd, fcntl.LOCK_EX)
-                        break
-                    except InterruptedError:  # pragma: no cover - retried by Python anyway
-                        continue
-                    except OSError as exc:
-                        if exc.errno == errno.EINTR:  # pragma: no cover
-                            continue
-                        raise RendezvousBackendError(f"cannot lock {self._lock_path}: {exc}") from exc
-                yield fd
-            finally:
-                os.close(fd)  # releases the lock
-
-    def _next_revision(self, fd: int) -> int:
-        """Bump the revision counter (the lock is held on ``fd``) and return the new revision.
-
-        The counter moves before the data is written, so a writer that dies half-way only skips
-        a number: no revision is ever given to two writes.
-        """
-        try:
-            raw = os.pread(fd, 64, 0)
-        except OSError as exc:
-            raise RendezvousBackendError(f"cannot read the revision counter in {self._lock_path}: {exc}") from exc
-        rev = self._parse_lock(raw) + 1
-        try:
-            os.pwrite(fd, b"%*d" % (REV_WIDTH, rev), 0)
-        except OSError as exc:
-            raise RendezvousBackendError(f"cannot update the revision counter in {self._lock_path}: {exc}") from exc
-        self._max_rev = rev
-        return rev
-
-    def _publish(self, directory: str, rev: int) -> None:
-        """Move the change token of ``directory`` to ``rev`` (after the data is in place).
-
-        Rewritten in place: a reader racing with this write may read a mix of old and new
-        bytes, which only looks like a change (a harmless extra look); the next poll reads the
-        final value, so no change is missed.
-        """
-        path = os.path.join(directory, TOKEN)
-        text = f"{rev:>{REV_WIDTH}d}"
-        try:
-            try:
-                fd = os.open(path, os.O_WRONLY)
-            except FileNotFoundError:
-                # The first token of a directory is created whole, so that a process killed
-                # here never leaves an empty token behind.
-                self._atomic_write(path, text)
-                return
-            try:
-                os.pwrite(fd, text.encode(), 0)
-            finally:
-                os.close(fd)
-        except OSError as exc:
-            raise RendezvousBackendError(f"cannot write rendezvous change token in {directory}: {exc}") from exc
+        entry = read_record(path, self.root)
+        if entry is not None:
+            self._integrity.seen(entry.version)
+        return entry
 
     def _put(self, fd: int, key: str, value_text: str) -> int:
-        rev = self._next_revision(fd)
+        rev = self._revisions.next_revision(fd)
         path = self._path(key)
         directory = os.path.dirname(path)
         try:
             self.trust.make_dir(Path(directory))
         except OSError as exc:
             raise RendezvousBackendError(f"cannot create rendezvous directory {directory}: {exc}") from exc
-        self._atomic_write(path, f'{{"v":{rev},"value":{value_text}}}')
-        self._publish(directory, rev)
+        atomic_write(path, f'{{"v":{rev},"value":{value_text}}}', self.trust)
+        publish(directory, rev, self.trust)
         return rev
 
     # -- protocol ------------------------------------------------------------------------
@@ -425,7 +164,7 @@ class FileBackend:
         check_key(key)
         text = dump_json(value)
         self._verify()
-        with self._locked() as fd:
+        with self._revisions.locked() as fd:
             return self._put(fd, key, text)
 
     def compare_and_set(
@@ -436,7 +175,7 @@ class FileBackend:
         check_key(key)
         text = dump_json(value)
         self._verify()
-        with self._locked() as fd:
+        with self._revisions.locked() as fd:
             current = self._read(self._path(key))
             if (None if current is None else current.version) != version:
                 return False, current
@@ -447,7 +186,7 @@ class FileBackend:
         """See :meth:`RendezvousBackend.add`."""
         check_key(key)
         self._verify()
-        with self._locked() as fd:
+        with self._revisions.locked() as fd:
             current = self._read(self._path(key))
             base = 0 if current is None else current.value
             if not isinstance(base, int) or isinstance(base, bool):
@@ -460,14 +199,14 @@ class FileBackend:
         """See :meth:`RendezvousBackend.delete`."""
         path = self._path(check_key(key))
         self._verify()
-        with self._locked() as fd:
+        with self._revisions.locked() as fd:
             current = self._read(path)
             if current is None or (version is not None and current.version != version):
                 return False
-            rev = self._next_revision(fd)
+            rev = self._revisions.next_revision(fd)
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
-            self._publish(os.path.dirname(path), rev)
+            publish(os.path.dirname(path), rev, self.trust)
             return True
 
     def list(self, prefix: str) -> dict[str, Entry]:
@@ -500,17 +239,7 @@ class FileBackend:
         return out
 
     def _poll(self, changed: Callable[[], bool], timeout: float) -> bool:
-        deadline = time.monotonic() + max(0.0, timeout)
-        pause = 0.0005
-        while True:
-            self._verify()
-            if changed():
-                return True
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return False
-            time.sleep(min(pause, remaining))
-            pause = min(pause * 1.5, self.poll_interval)
+        return poll(changed, timeout, verify=self._verify, poll_interval=self.poll_interval)
 
     def watch(self, key: str, *, version: Version | None, timeout: float) -> bool:
         """See :meth:`RendezvousBackend.watch` (polls the key's file)."""
@@ -524,26 +253,6 @@ class FileBackend:
 
         return self._poll(changed, timeout)
 
-    def _token_paths(self, prefix: str) -> tuple[str, ...]:
-        """The change tokens that move on every write under ``prefix``."""
-        head, sep, _ = prefix.partition("/")
-        if sep:
-            return (os.path.join(self._kv, quote(head), TOKEN),)
-        try:  # no '/': the prefix may match keys of any directory (rare; the handler never does this)
-            dirs = sorted(d for d in os.listdir(self._kv) if not d.startswith("."))
-        except FileNotFoundError:
-            dirs = []
-        return tuple(os.path.join(self._kv, d, TOKEN) for d in dirs)
-
-    def _token(self, path: str) -> bytes | None:
-        """A change token's bytes (``None`` while its directory has never been written)."""
-        try:
-            return read_bytes(path)
-        except FileNotFoundError:
-            return None
-        except OSError as exc:
-            raise RendezvousStateError(f"cannot read rendezvous change token {path}: {exc}") from exc
-
     def watch_prefix(self, prefix: str, *, versions: Mapping[str, Version], timeout: float) -> bool:
         """See :meth:`RendezvousBackend.watch_prefix`.
 
@@ -555,8 +264,8 @@ class FileBackend:
         seen: list[Any] = [object()]
 
         def changed() -> bool:
-            paths = self._token_paths(prefix)
-            tokens = (paths, tuple(self._token(p) for p in paths))
+            paths = token_paths(self._kv, prefix)
+            tokens = (paths, tuple(read_token(p) for p in paths))
             if tokens == seen[0]:
                 return False
             # Read before listing: a token published after this read is seen by the next poll.

@@ -10,6 +10,7 @@ import os
 import re
 import threading
 import urllib.parse
+from dataclasses import dataclass
 from pathlib import Path
 
 from rallypoint.rendezvous.backend import JSONValue
@@ -21,6 +22,7 @@ __all__ = [
     "REV_WIDTH",
     "ROOT_DIR",
     "TOKEN",
+    "RunPaths",
     "dump_json",
     "key_of",
     "key_path",
@@ -44,6 +46,34 @@ LOCK_RE = re.compile(rb"( *[0-9]+) ([0-9a-f]{32})")
 LOCK_SIZE = REV_WIDTH + 33
 _PATH_LOCKS: dict[str, threading.Lock] = {}
 _PATH_LOCKS_GUARD = threading.Lock()
+
+
+@dataclass(frozen=True)
+class RunPaths:
+    """Where one run's files are: the run directory ``base/run_id`` and what it holds.
+
+    Attributes:
+        base: the shared directory (``rendezvous.options.path``).
+        run_id: the run id.
+        root: the run directory.
+        kv: the directory of the keys.
+        lock: the lock file (the revision counter and the run directory's nonce).
+        format: the ``FORMAT`` file.
+    """
+
+    base: Path
+    run_id: str
+    root: Path
+    kv: Path
+    lock: Path
+    format: Path
+
+    @classmethod
+    def of(cls, base: Path, run_id: str) -> RunPaths:
+        """The paths of run ``run_id`` under ``base``."""
+        root = base / run_id
+        return cls(base, run_id, root, root / "kv", root / "lock", root / "FORMAT")
+
 
 #: What ``urllib.parse.quote(key_part, safe="")`` escapes among the characters keys may hold.
 _ESCAPES = tuple((urllib.parse.quote(c, safe=""), c) for c in "/:@+=,")

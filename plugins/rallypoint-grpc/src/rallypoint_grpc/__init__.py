@@ -1,4 +1,7 @@
-"""gRPC rendezvous server and client backend for rallypoint.
+"""gRPC for rallypoint: the rendezvous server and client backend, and the RPC transport.
+
+The RPC transport is the wing :mod:`rallypoint_grpc.rpc`; the rendezvous modules sit at the top
+(for now), beside the channel code both use (:mod:`rallypoint_grpc.transport`).
 
 Importing any module of this package first turns gRPC's fork support off for the process
 (``GRPC_ENABLE_FORK_SUPPORT=0``, unless the environment already sets it), before :mod:`grpc` is

@@ -41,15 +41,15 @@ def rallypoint_cli_commands() -> list[CliCommand]:
 
 @hookimpl
 def rallypoint_rpc_transports() -> list[object]:
-    """The ``grpc`` RPC transport (:mod:`rallypoint_grpc.rpc_transport`)."""
+    """The ``grpc`` RPC transport (:mod:`rallypoint_grpc.rpc.transport`)."""
     from rallypoint.rpc.records import RpcTransportRecord
-    from rallypoint_grpc.rpc_options import GrpcRpcOptions
+    from rallypoint_grpc.rpc.options import GrpcRpcOptions
 
     return [
         RpcTransportRecord(
             name="grpc",
             summary="gRPC (token on every call, optional TLS), raw tensor buffers",
-            factory="rallypoint_grpc.rpc_transport:create_grpc_rpc_transport",
+            factory="rallypoint_grpc.rpc.transport:create_grpc_rpc_transport",
             options_model=GrpcRpcOptions,
         )
     ]

@@ -15,54 +15,34 @@ every later call raises :class:`~rallypoint.rendezvous.errors.RendezvousHeartbea
 :attr:`RendezvousHandler.failure` says so without I/O (see :mod:`rallypoint.rendezvous.heartbeat`).
 A heartbeat that finds the run's state gone or corrupt fails the node at once with that
 :class:`~rallypoint.rendezvous.errors.RendezvousStateError`.
+
+The handler is the face; each of its jobs has a module named for it, working on the node's
+shared :class:`~rallypoint.rendezvous.participant.Participant`: joining a round
+(:mod:`~rallypoint.rendezvous.joining`), what a member checks while its workers run
+(:mod:`~rallypoint.rendezvous.monitoring`), closing the job and leaving it
+(:mod:`~rallypoint.rendezvous.closing`), and the heartbeat (:mod:`~rallypoint.rendezvous.heartbeat`).
 """
 
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import secrets
 import socket
-import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from rallypoint.rendezvous.backend import HeldWatch, RendezvousBackend
-from rallypoint.rendezvous.errors import (
-    RendezvousBackendError,
-    RendezvousClosedError,
-    RendezvousFinishedError,
-    RendezvousHeartbeatError,
-    RendezvousJobMismatchError,
-    RendezvousStateError,
-    RendezvousTimeoutError,
-    TimeoutInfo,
-    extra_wait,
-)
+from rallypoint.rendezvous import closing, joining, monitoring
+from rallypoint.rendezvous.backend import RendezvousBackend
+from rallypoint.rendezvous.errors import RendezvousHeartbeatError, RendezvousStateError
 from rallypoint.rendezvous.factory import open_backend, select_backend
-from rallypoint.rendezvous.heartbeat import Heartbeat
+from rallypoint.rendezvous.participant import Participant
 from rallypoint.rendezvous.result import RoundStatus
 from rallypoint.rendezvous.round_io import KEEP_ROUNDS, RendezvousResult, RoundIO, WorkerStoreInfo, free_port
 from rallypoint.rendezvous.seats import Assign
-from rallypoint.rendezvous.state import (
-    CLOSED_KEY,
-    JOB_KEY,
-    Closed,
-    Finished,
-    Header,
-    NodeInfo,
-    RendezvousStateMachine,
-    Settings,
-    TimedOut,
-    View,
-    Wait,
-    count_key,
-    heartbeat_key,
-    nodes_waiting,
-)
+from rallypoint.rendezvous.state import NodeInfo, RendezvousStateMachine, Settings, heartbeat_key
 from rallypoint.rendezvous.timeouts import RendezvousTimeouts
 
 if TYPE_CHECKING:
@@ -83,8 +63,6 @@ __all__ = [
     "open_backend",
     "select_backend",
 ]
-
-log = logging.getLogger("rallypoint.rendezvous")
 
 
 class RendezvousHandler:
@@ -132,22 +110,24 @@ class RendezvousHandler:
         owns_backend: bool = False,
         assign: Assign | None = None,
     ) -> None:
-        self.backend = backend
+        timeouts = timeouts or RendezvousTimeouts()
+        settings = Settings(min_nodes, max_nodes, timeouts, backend.run_id)
+        machine = RendezvousStateMachine(node, incarnation or secrets.token_hex(8), settings)
+        self._participant = Participant(
+            backend,
+            machine,
+            RoundIO(backend, machine, assign),
+            timeouts,
+            settings,
+            pm,
+            clock,
+            fingerprint=dict(fingerprint) if fingerprint is not None else None,
+            fixed_port=node.master_port,
+        )
+        #: set to stop the heartbeats (the conformance kit stops a node's heartbeats with it)
+        self._stop = self._participant.stop
         self._owns_backend = owns_backend
-        self.timeouts = timeouts or RendezvousTimeouts()
-        self.settings = Settings(min_nodes, max_nodes, self.timeouts, backend.run_id)
-        self._fixed_port = node.master_port
-        self.machine = RendezvousStateMachine(node, incarnation or secrets.token_hex(8), self.settings)
-        self.io = RoundIO(backend, self.machine, assign)
-        self.pm = pm
-        self.clock = clock
-        self._lock = threading.RLock()
-        self._stop = threading.Event()
-        self._heartbeat = Heartbeat(node.node_id, backend.run_id, self.timeouts, self._beat, clock, self._stop)
-        self._last: RendezvousResult | None = None
         self._shut = False
-        self._fingerprint = dict(fingerprint) if fingerprint is not None else None
-        self._checked_in = False
 
     @classmethod
     def from_spec(
@@ -245,14 +225,57 @@ class RendezvousHandler:
 
     # -- public API ----------------------------------------------------------------------
     @property
+    def backend(self) -> RendezvousBackend:
+        """The key-value space."""
+        return self._participant.backend
+
+    @property
+    def machine(self) -> RendezvousStateMachine:
+        """The rendezvous state machine of this node."""
+        return self._participant.machine
+
+    @property
+    def io(self) -> RoundIO:
+        """The state machine's reads and writes against the backend."""
+        return self._participant.io
+
+    @property
+    def settings(self) -> Settings:
+        """The node range and timeouts the state machine decides with."""
+        return self._participant.settings
+
+    @property
+    def timeouts(self) -> RendezvousTimeouts:
+        """Every timeout (settable)."""
+        return self._participant.timeouts
+
+    @timeouts.setter
+    def timeouts(self, value: RendezvousTimeouts) -> None:
+        self._participant.timeouts = value
+
+    @property
+    def pm(self) -> RallypointPluginManager | None:
+        """The plugin manager whose rendezvous hooks fire (settable)."""
+        return self._participant.pm
+
+    @pm.setter
+    def pm(self, value: RallypointPluginManager | None) -> None:
+        self._participant.pm = value
+
+    @property
+    def clock(self) -> Callable[[], float]:
+        """The monotonic clock."""
+        return self._participant.clock
+
+    @property
     def run_id(self) -> str:
         """The job's run id."""
-        return self.backend.run_id
+        return self._participant.run_id
 
     @property
     def node_id(self) -> str:
         """The id of the node this handler represents."""
-        return self.machine.node_id
+        return self._participant.node_id
 
     @property
     def assign(self) -> Assign | None:
@@ -266,7 +289,7 @@ class RendezvousHandler:
     @property
     def last_result(self) -> RendezvousResult | None:
         """The result of the last completed round, if any."""
-        return self._last
+        return self._participant.last
 
     def update_node(self, **changes: Any) -> NodeInfo:
         """Change this node's record for the next round (e.g. ``previous_rank``); returns it.
@@ -276,7 +299,7 @@ class RendezvousHandler:
         """
         if "node_id" in changes:
             raise ValueError("a node's id cannot change; start a new handler for another node")
-        with self._lock:
+        with self._participant.lock:
             self.machine.node = replace(self.machine.node, **changes)
             return self.machine.node
 
@@ -296,64 +319,17 @@ class RendezvousHandler:
         """
         if self._shut:
             raise RendezvousStateError(f"rendezvous handler of node {self.node_id!r} was shut down")
-        self._raise_failure()
+        self._participant.raise_failure()
         held = self.io.hold_header_watch(self.timeouts.heartbeat_interval)
         try:
-            return self._next_rendezvous(held)
+            return joining.join(self._participant, held)
         finally:
             if held is not None:
                 held.close()
 
-    def _next_rendezvous(self, held: HeldWatch | None) -> RendezvousResult:
-        """:meth:`next_rendezvous`; ``held``: a watch on the header held since before its first read."""
-        known: View | None = None  # a view the next step may use without reading again
-        with self._lock:
-            if not self._checked_in:
-                known = self._check_in()
-            if self._fixed_port is None:
-                self.machine.node = replace(self.machine.node, master_port=free_port())
-            self.io.ensure_ticket()
-            self.machine.begin(self.clock())
-        self._heartbeat.start()
-        extended = 0
-        while True:
-            self._raise_failure()
-            with self._lock:
-                action, view = self.io.decide(self.clock(), known)
-                known = None
-                if isinstance(action, Finished):
-                    result = self.io.result(action)
-                    self._last = result
-                    break
-                if isinstance(action, Closed):
-                    raise RendezvousClosedError(self.run_id)
-                if isinstance(action, TimedOut):
-                    more = self._fire_timeout(action.info, extended)
-                    if more is not None:  # a hook answered WaitMore: stay in the round
-                        extended += 1
-                        self.machine.join_deadline = self.clock() + more
-                        continue
-                    self.io.withdraw()
-                    raise RendezvousTimeoutError(action.info)
-                if not isinstance(action, Wait):
-                    self.io.apply(action)
-                    known = self.io.view_after(action, view)
-                    continue
-            timeout = max(0.0, action.until - self.clock())
-            if held is not None:  # the first wait: on the watch held since before the first read
-                known, held = self.io.wait_held(held, view, timeout), None
-            else:
-                # Watch the header from the version this step read: a change made since then
-                # (the round completed, a new round opened) returns at once, so no wake-up is lost.
-                known = self.io.wait_header(view, timeout)
-        if self.pm is not None:
-            self.pm.hook.rallypoint_rendezvous_completed(info=result)
-        return result
-
     def is_closed(self) -> bool:
         """Whether the rendezvous was closed (the job is over)."""
-        with self._lock:
-            return self.io.read().header.closed
+        return monitoring.is_closed(self._participant)
 
     def round_status(self) -> RoundStatus:
         """Closed (and why), or how many nodes wait: what a member checks while its workers run.
@@ -362,22 +338,7 @@ class RendezvousHandler:
             RendezvousHeartbeatError: this node's heartbeat kept failing; it must stop.
             RendezvousStateError: a heartbeat found the run's state gone or corrupt; it must stop.
         """
-        self._raise_failure()
-        # A heartbeat that waits for the backend holds the lock; the caller (a monitor) must not
-        # wait longer than a beat would, nor past its own failure (see Heartbeat.failure).
-        if not self._lock.acquire(timeout=self.timeouts.heartbeat_interval):
-            self._raise_failure()
-            raise RendezvousBackendError(
-                f"node {self.node_id!r}'s heartbeat is still waiting for the rendezvous backend"
-            )
-        try:
-            last = self.machine.last_round
-            h = self.io.read().header
-            waiting = self._waiting(h)
-        finally:
-            self._lock.release()
-        superseded = last is not None and h.round > last
-        return RoundStatus(closed=h.closed, failed=h.failed, reason=h.reason, waiting=waiting, superseded=superseded)
+        return monitoring.round_status(self._participant)
 
     def set_closed(self, reason: str = "", *, failed: bool = False, round_: int | None = None) -> bool:
         """Close the rendezvous for every node: the job is over; later rounds fail.
@@ -398,40 +359,7 @@ class RendezvousHandler:
         Raises:
             RendezvousTimeoutError: the close did not succeed within the close timeout.
         """
-        deadline = self.clock() + self.timeouts.close
-        extended = 0
-        marked = False
-        while True:
-            with self._lock:
-                view = self.io.read()
-                if round_ is not None and not view.header.closed and view.header.round != round_:
-                    if marked:  # the marker of a close that did not happen: take it back
-                        self.backend.delete(CLOSED_KEY)
-                    return False
-                action = self.machine.close_header(view, reason, failed=failed)
-                if action is None:
-                    return True
-                if not marked:  # first the marker: from now on a node checking in takes no ticket
-                    self.backend.set(CLOSED_KEY, {"by": self.node_id, "reason": reason, "failed": failed})
-                    marked = True
-                if self.io.apply(action):
-                    return True
-            if self.clock() >= deadline:
-                info = TimeoutInfo(
-                    self.run_id,
-                    view.header.round,
-                    "close",
-                    self.timeouts.close,
-                    self.node_id,
-                    min_nodes=self.settings.min_nodes,
-                    max_nodes=self.settings.max_nodes,
-                )
-                more = self._fire_timeout(info, extended)
-                if more is not None:
-                    extended += 1
-                    deadline = self.clock() + more
-                    continue
-                raise RendezvousTimeoutError(info, "Another node kept rewriting the round header")
+        return closing.close(self._participant, reason, failed=failed, round_=round_)
 
     def num_nodes_waiting(self) -> int:
         """How many nodes wait for a new round (see :func:`~rallypoint.rendezvous.state.nodes_waiting`).
@@ -439,16 +367,7 @@ class RendezvousHandler:
         Non-zero also when the running round is over (a member left, restarted or stopped
         heart-beating): the agent should stop its workers and call :meth:`next_rendezvous`.
         """
-        self._raise_failure()
-        with self._lock:
-            return self._waiting(self.io.read().header)
-
-    def _waiting(self, h: Header) -> int:
-        last = self.machine.last_round
-        if last is None or h.closed:
-            return 0
-        entry = self.backend.get(count_key(h.round if h.round > last else h.round + 1))
-        return nodes_waiting(last, h, 0 if entry is None else int(entry.value), self.settings.max_nodes)
+        return monitoring.nodes_waiting(self._participant)
 
     def round_is_over(self) -> bool:
         """Whether the round this node last completed has been superseded or closed.
@@ -457,11 +376,7 @@ class RendezvousHandler:
             RendezvousHeartbeatError: this node's heartbeat kept failing; it must stop.
             RendezvousStateError: a heartbeat found the run's state gone or corrupt; it must stop.
         """
-        self._raise_failure()
-        with self._lock:
-            last = self.machine.last_round
-            h = self.io.read().header
-            return last is not None and (h.closed or h.round > last)
+        return monitoring.round_is_over(self._participant)
 
     def shutdown(self, *, close: bool = False) -> bool:
         """Leave: stop heartbeats and withdraw this node (and close the job when ``close``).
@@ -479,17 +394,12 @@ class RendezvousHandler:
             return True
         self._shut = True
         self._stop.set()
-        self._heartbeat.join(timeout=self.timeouts.heartbeat_interval + 5)
+        self._participant.heartbeat.join(timeout=self.timeouts.heartbeat_interval + 5)
         with contextlib.suppress(Exception):
             if close:
                 self.set_closed()
             else:
-                with self._lock:
-                    view = self.io.read()
-                    action = self.machine.leave_header(view)
-                    if action is not None:
-                        self.io.apply(action)
-                    self.io.withdraw()
+                closing.leave(self._participant)
             self.backend.delete(heartbeat_key(self.node_id))
         if self._owns_backend:
             with contextlib.suppress(Exception):
@@ -506,7 +416,7 @@ class RendezvousHandler:
         run's state gone or corrupt (the same error the join or the monitor raises when it sees
         that first).
         """
-        return self._heartbeat.failure
+        return self._participant.heartbeat.failure
 
     def clear_failure(self) -> RendezvousHeartbeatError | RendezvousStateError | None:
         """Forget this node's heartbeat failure, so that it may join a new round.
@@ -517,51 +427,7 @@ class RendezvousHandler:
         Returns:
             The failure that was cleared, or ``None`` when the node had not failed.
         """
-        return self._heartbeat.clear()
-
-    # -- internals -----------------------------------------------------------------------
-    def _raise_failure(self) -> None:
-        failure = self._heartbeat.failure
-        if failure is not None:
-            raise failure
-
-    def _check_in(self) -> View:
-        """First contact: refuse a finished run, and a different job under the same run id.
-
-        Returns the view it read (the first step may use it).
-        """
-        fingerprint = self._fingerprint
-        view, entry = self.io.check_in(None if fingerprint is None else (JOB_KEY, fingerprint))
-        header = view.header
-        if header.closed:
-            raise RendezvousFinishedError(self.run_id, header.reason, failed=header.failed)
-        if fingerprint is not None:
-            if entry is None:  # a close is under way (its marker stopped the claim): claim now
-                _, entry = self.backend.compare_and_set(JOB_KEY, fingerprint, version=None)
-            if entry is not None and entry.value != fingerprint:
-                theirs = entry.value if isinstance(entry.value, dict) else {"job": entry.value}
-                raise RendezvousJobMismatchError(self.run_id, theirs, fingerprint)
-        self._checked_in = True
-        return view
-
-    def _fire_timeout(self, info: TimeoutInfo, extended: int) -> float | None:
-        """Call the ``timed_out`` hooks: the seconds to wait more, or ``None`` (raise)."""
-        if self.pm is None:
-            return None
-        return extra_wait(self.pm.hook.rallypoint_rendezvous_timed_out(info=info), info, extended)
-
-    def _beat(self) -> None:
-        """One heartbeat, and the liveness check of the watched peers while a round runs."""
-        with self._lock:
-            self.io.heartbeat()
-            if self.machine.last_round is None or self.machine.join_deadline != float("inf"):
-                return  # next_rendezvous checks liveness while joining
-            view = self.io.read()
-            peers = self.machine.watched_peers(view.header)
-            view = replace(view, heartbeats=self.io.read_heartbeats(peers))
-            action = self.machine.check_peers(view, self.clock())
-            if action is not None:
-                self.io.apply(action)
+        return self._participant.heartbeat.clear()
 
 
 def default_node(

@@ -16,7 +16,7 @@ from rallypoint.rpc.errors import RpcError
 
 __all__ = ["CURRENT_AGENT", "current_agent", "installed", "set_installed", "use_agent"]
 
-#: The agent running the call in progress in this thread (set by ``RpcAgent.handle``).
+#: The agent running the call in progress in this thread (set by :mod:`rallypoint.rpc.incoming` while it runs).
 CURRENT_AGENT: contextvars.ContextVar[Any] = contextvars.ContextVar("rallypoint_rpc_agent", default=None)
 _PROCESS: dict[str, Any] = {"agent": None}
 

@@ -8,7 +8,7 @@ check) before the request is read and refuses calls without it with ``UNAUTHENTI
 Frames are bytes end to end (no protobuf): tensors travel as raw buffers.
 
 With ``sockets`` (the default), the first call to a peer is a gRPC ``Hello`` (token checked)
-that returns where the peer also listens (:mod:`rallypoint_grpc.rpc_socket`); later calls travel
+that returns where the peer also listens (:mod:`rallypoint_grpc.rpc.socket_server`); later calls travel
 over one persistent socket per pair of workers, a Unix socket on one host, and carry the token
 each. A peer whose sockets cannot be reached keeps being called over gRPC.
 """
@@ -33,10 +33,10 @@ from rallypoint.rpc.transport import (
     TransportUnavailable,
 )
 from rallypoint.rpc.wire import frame_size
-from rallypoint_grpc.rpc_options import GrpcRpcOptions
-from rallypoint_grpc.rpc_shm import METADATA_KEY, REF_MAGIC, THRESHOLD, SharedMemoryPath
-from rallypoint_grpc.rpc_socket import SocketServer
-from rallypoint_grpc.rpc_socket_client import ClientConnection, Deadlines, NotSent, connect
+from rallypoint_grpc.rpc.options import GrpcRpcOptions
+from rallypoint_grpc.rpc.shared_memory import METADATA_KEY, REF_MAGIC, THRESHOLD, SharedMemoryPath
+from rallypoint_grpc.rpc.socket_client import ClientConnection, Deadlines, NotSent, connect
+from rallypoint_grpc.rpc.socket_server import SocketServer
 from rallypoint_grpc.transport import (
     TOKEN_HEADER,
     TlsFiles,

@@ -1,4 +1,4 @@
-"""The caller's side of the persistent sockets (:mod:`rallypoint_grpc.rpc_socket`).
+"""The caller's side of the persistent sockets (:mod:`rallypoint_grpc.rpc.socket_server`).
 
 One :class:`ClientConnection` per peer carries the requests of every thread. Replies are read
 by whoever is waiting for one: a thread in ``rpc_sync`` reads the socket itself when nobody else
@@ -24,7 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 from rallypoint.rpc.transport import Reply, TransportRefused, TransportTimeout, TransportUnavailable
-from rallypoint_grpc.rpc_socket import HEAD, MAGIC, REFUSED, REPLY, REQUEST, ProtocolError, send_all
+from rallypoint_grpc.rpc.socket_server import HEAD, MAGIC, REFUSED, REPLY, REQUEST, ProtocolError, send_all
 
 __all__ = ["ClientConnection", "Deadlines", "NotSent", "connect"]
 

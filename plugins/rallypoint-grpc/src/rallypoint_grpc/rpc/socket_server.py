@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from rallypoint.rpc.transport import DeferredHandler
-from rallypoint_grpc.rpc_shm import process_gone
+from rallypoint_grpc.rpc.shared_memory import process_gone
 
 __all__ = ["HEAD", "MAGIC", "MAX_TOKEN", "REFUSED", "REPLY", "REQUEST", "ProtocolError", "SocketServer", "send_all"]
 
