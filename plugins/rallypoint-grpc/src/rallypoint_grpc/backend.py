@@ -43,7 +43,7 @@ from rallypoint_grpc._proto import rendezvous_pb2 as pb
 from rallypoint_grpc._proto import rendezvous_pb2_grpc as pb_grpc
 from rallypoint_grpc.hosting import _HOSTED, host_server  # noqa: F401 - importable from here, as before the split
 from rallypoint_grpc.options import GrpcOptions
-from rallypoint_grpc.session import Session, SessionClosed, SessionError, session_call
+from rallypoint_grpc.session import OperationRefused, Session, SessionClosed, session_call
 from rallypoint_grpc.tls_check import tls_failure
 from rallypoint_grpc.transport import (
     DEFAULT_MAX_MESSAGE_BYTES,
@@ -205,7 +205,7 @@ class GrpcBackend:
             except grpc.RpcError as exc:
                 if exc.code() != grpc.StatusCode.UNIMPLEMENTED:
                     raise
-                if not isinstance(exc, SessionError):  # the stream itself: a server of a version without it
+                if not isinstance(exc, OperationRefused):  # the stream itself: a server of a version without it
                     log.debug("rendezvous server %s has no sessions: one call per operation", self.endpoint)
                     self._sessions = False
         if op == "Watch":

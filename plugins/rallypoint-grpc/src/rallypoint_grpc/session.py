@@ -12,8 +12,8 @@ extra thread, not one or two per stream, and a waiting stream costs nothing unti
 (grpcio's synchronous streams wake every waiting reader ten times a second).
 
 Failures keep the shape a unary call's had, so that the backend maps and retries them as before:
-an operation the server refuses raises a :class:`SessionError` with the gRPC status code the
-unary call would have ended with; a stream that breaks (server gone, connection lost) fails every
+an operation the server refuses raises an :class:`OperationRefused` with the gRPC status code
+the unary call would have ended with; a stream that breaks (server gone, connection lost) fails every
 operation in flight with the stream's own :class:`grpc.RpcError` (``UNAVAILABLE``, ...), and the
 session is then spent: the backend opens a new one for its retry. An operation with no reply
 within its timeout raises ``DEADLINE_EXCEEDED``. :meth:`Session.close` fails the operations in
@@ -37,7 +37,7 @@ import grpc.aio
 from rallypoint_grpc._proto import rendezvous_pb2 as pb
 from rallypoint_grpc.transport import TlsFiles, channel_credentials, channel_options
 
-__all__ = ["METHOD", "ProcessLoop", "Session", "SessionClosed", "SessionError", "process_loop"]
+__all__ = ["METHOD", "OperationRefused", "ProcessLoop", "Session", "SessionClosed", "SessionError", "process_loop"]
 
 log = logging.getLogger(__name__)
 
@@ -62,11 +62,26 @@ class SessionError(grpc.RpcError):  # type: ignore[misc]
         return self._details
 
 
+class OperationRefused(SessionError):
+    """The server answered the operation with a failure (the stream itself goes on)."""
+
+
 class SessionClosed(Exception):
     """The session was closed (:meth:`Session.close`) while the operation waited for its reply."""
 
 
 _CODES = {code.value[0]: code for code in grpc.StatusCode}
+
+
+def _fresh(error: BaseException) -> BaseException:
+    """A new exception like ``error`` for one caller (one instance raised in many threads would share a traceback)."""
+    if isinstance(error, SessionClosed):
+        return SessionClosed(str(error))
+    if isinstance(error, OperationRefused):
+        return OperationRefused(error.code(), error.details())
+    if isinstance(error, grpc.RpcError) and hasattr(error, "code"):
+        return SessionError(error.code(), error.details() or "")
+    return error
 
 
 class ProcessLoop:
@@ -213,7 +228,7 @@ class Session:
                     continue
                 if reply.WhichOneof("reply") == "failure":
                     code = _CODES.get(reply.failure.code, grpc.StatusCode.UNKNOWN)
-                    slot.failure = SessionError(code, reply.failure.message)
+                    slot.failure = OperationRefused(code, reply.failure.message)
                 else:
                     slot.reply = reply
                 slot.done.set()
@@ -256,7 +271,7 @@ class Session:
         slot = _Slot()
         with self._lock:
             if self._ended is not None:
-                raise self._ended
+                raise _fresh(self._ended)
             request_id = next(self._ids)
             self._pending[request_id] = slot
         message = pb.SessionRequest(id=request_id)
@@ -272,7 +287,7 @@ class Session:
                 raise SessionError(grpc.StatusCode.DEADLINE_EXCEEDED, f"no reply within {timeout:g} s")
             slot.done.wait()  # the reply (or the failure) is being handed over now
         if slot.failure is not None:
-            raise slot.failure
+            raise _fresh(slot.failure)
         return getattr(slot.reply, field)
 
     def close(self) -> None:
