@@ -14,7 +14,8 @@ run`` does: the node that completes the round runs the rank strategy once and wr
 member's seat (its ranks, the world size, the store) with the roster in one call; every other
 node receives its own seat with the header change that wakes it and decodes its share of the
 ranks (:mod:`rallypoint.agent.node_share`). No handler reads the roster. Every call (check-in,
-join record and count, the header watch) is made by every handler, as separate nodes would.
+join record and count, the header watch) is made by every handler, as separate nodes would, each
+handler on its own backend and so on its own session stream (one per agent in a real job).
 
 ``--floor CALLS`` makes no round: each simulated node makes CALLS bare ``Get`` calls and returns,
 through the backend's own client in threads (as above) or, with ``--floor-client aio``, through

@@ -93,3 +93,17 @@ def serve() -> Iterator[Any]:
     yield start
     for server in servers:
         server.stop()
+
+
+@pytest.fixture
+def no_sessions(monkeypatch: pytest.MonkeyPatch) -> None:
+    """In-process servers started from now on lack the ``Session`` method, as servers from before it did."""
+    import grpc
+
+    real = grpc.method_handlers_generic_handler
+
+    def generic(service: str, handlers: dict[str, Any]) -> Any:
+        handlers.pop("Session", None)  # the same table is registered next, by name: drop it there too
+        return real(service, handlers)
+
+    monkeypatch.setattr(grpc, "method_handlers_generic_handler", generic)

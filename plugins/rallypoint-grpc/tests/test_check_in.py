@@ -92,7 +92,7 @@ def test_a_check_in_is_one_call(serve: Any) -> None:
     assert backend.counts() == {"Set": 1, "CheckIn": 3}
 
 
-def test_an_older_server_gets_the_steps(serve: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_older_server_gets_the_steps(serve: Any, monkeypatch: pytest.MonkeyPatch, no_sessions: None) -> None:
     async def unimplemented(self: Any, request: Any, context: grpc.aio.ServicerContext) -> Any:
         await context.abort(grpc.StatusCode.UNIMPLEMENTED, "Method not found!")
 
@@ -106,8 +106,11 @@ def test_an_older_server_gets_the_steps(serve: Any, monkeypatch: pytest.MonkeyPa
     assert backend.counts() == {"CheckIn": 1, "List": 2, "CompareAndSet": 2, "Add": 2}
 
 
-def test_the_stub_is_made_once_per_channel(serve: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Making a stub builds a callable for every method of the service: it was made on each call."""
+def test_the_stub_is_made_once_per_channel(serve: Any, monkeypatch: pytest.MonkeyPatch, no_sessions: None) -> None:
+    """Making a stub builds a callable for every method of the service: it was made on each call.
+
+    (Of a server without sessions, where each operation is a unary call on the stub.)
+    """
     import rallypoint_grpc.backend as backend_module
 
     made: list[Any] = []

@@ -54,7 +54,7 @@ def test_a_join_is_one_call(serve: Any) -> None:
     assert backend.counts() == {"CreateAndAdd": 2}
 
 
-def test_an_older_server_gets_two_calls(serve: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_older_server_gets_two_calls(serve: Any, monkeypatch: pytest.MonkeyPatch, no_sessions: None) -> None:
     async def unimplemented(self: Any, request: Any, context: grpc.aio.ServicerContext) -> Any:
         await context.abort(grpc.StatusCode.UNIMPLEMENTED, "Method not found!")
 

@@ -49,7 +49,9 @@ def test_the_change_comes_with_the_keys_entry(server: RendezvousServer) -> None:
     assert (change.entry.value, change.entry.version) == ({"round": 1}, newer)
 
 
-def test_a_server_that_sends_no_entry_leaves_the_read_to_the_caller(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_server_that_sends_no_entry_leaves_the_read_to_the_caller(
+    monkeypatch: pytest.MonkeyPatch, no_sessions: None
+) -> None:
     async def older(self: Any, request: Any, context: Any) -> Any:  # a server from before the entry
         yield pb.WatchEvent(changed=True)
 

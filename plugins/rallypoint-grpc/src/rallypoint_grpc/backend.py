@@ -1,11 +1,14 @@
 """The ``grpc`` rendezvous backend: a client of the rendezvous server (and, agent-hosted, its host).
 
 :class:`GrpcBackend` implements :class:`~rallypoint.rendezvous.backend.RendezvousBackend` over
-one channel per process (:func:`rallypoint_grpc.transport.get_channel`). Every call has a
-deadline (``call_timeout``); a server that cannot be reached is retried with exponential backoff
-for ``retry_timeout`` (writes carry a request id, so a retried write is applied once), then the
-call raises :class:`~rallypoint.rendezvous.errors.RendezvousBackendError` naming the endpoint.
-Watches hold one server-side stream each; nothing polls.
+one channel per process (:func:`rallypoint_grpc.transport.get_channel`), and one long-lived
+session stream per backend (:mod:`rallypoint_grpc.session`): every operation, watches included,
+is a tagged message on it, and a watch's event is pushed on it when it fires; nothing polls. A
+server without sessions (an older version) is called with one unary call per operation instead.
+Every operation has a deadline (``call_timeout``); a server that cannot be reached, or a stream
+that breaks, is retried with exponential backoff for ``retry_timeout`` (on a new stream; writes
+carry a request id, so a retried write is applied once), then the operation raises
+:class:`~rallypoint.rendezvous.errors.RendezvousBackendError` naming the endpoint.
 
 Agent-hosted mode (:func:`create_grpc_backend` with ``serve = "auto"``): when the endpoint's
 address belongs to this host and its port is free, this process starts the server on that
@@ -16,6 +19,8 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -38,6 +43,7 @@ from rallypoint_grpc._proto import rendezvous_pb2 as pb
 from rallypoint_grpc._proto import rendezvous_pb2_grpc as pb_grpc
 from rallypoint_grpc.hosting import _HOSTED, host_server  # noqa: F401 - importable from here, as before the split
 from rallypoint_grpc.options import GrpcOptions
+from rallypoint_grpc.session import OperationRefused, Session, SessionClosed, session_call
 from rallypoint_grpc.tls_check import tls_failure
 from rallypoint_grpc.transport import (
     DEFAULT_MAX_MESSAGE_BYTES,
@@ -56,6 +62,19 @@ log = logging.getLogger(__name__)
 #: connection was torn down under the call (a starved server missing keepalive pings; this client
 #: never cancels its own calls). Writes carry a request id, so a retried write is applied once.
 _RETRIED = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED)
+#: The session message's field of each operation (named as its unary method).
+_FIELDS = {
+    "Get": "get",
+    "Set": "set",
+    "CompareAndSet": "compare_and_set",
+    "Add": "add",
+    "CreateAndAdd": "create_and_add",
+    "CheckIn": "check_in",
+    "SetMany": "set_many",
+    "Delete": "delete",
+    "List": "list",
+    "Watch": "watch",
+}
 
 
 def _dump(value: JSONValue) -> str:
@@ -122,6 +141,9 @@ class GrpcBackend:
         self._step_check_ins = False  # the server lacks CheckIn
         self._set_many = True  # False: the server lacks SetMany
         self._stubs: tuple[Any, Any] | None = None  # (channel, its stub)
+        self._sessions = True  # False: the server lacks Session (one unary call per operation)
+        self._session: Session | None = None
+        self._session_lock = threading.Lock()
         get_channel(endpoint, tls, max_message_bytes=max_message_bytes)  # starts connecting
 
     @property
@@ -160,12 +182,44 @@ class GrpcBackend:
             return RendezvousBackendError(f"{where} did not answer within {self.call_timeout:g} s (call_timeout)")
         return RendezvousBackendError(f"{where} failed: {code.name}: {details}")
 
+    def _open_session(self) -> Session:
+        """The session of this backend: the open one, or a new one (the first, after a broken stream, after a fork)."""
+        with self._session_lock:
+            session = self._session
+            if session is None or session.ended or session.pid != os.getpid():
+                target, tls, limit, metadata = self.endpoint, self._tls, self._max, self._metadata
+                session = self._session = Session(lambda: session_call(target, tls, limit, metadata))
+            return session
+
+    def _send(self, op: str, request: Any, timeout: float) -> Any:
+        """One operation, once: on the session, or as a unary call to a server without sessions.
+
+        A watch (``op`` ``"Watch"``) returns its one event (``changed`` false at its timeout).
+        """
+        if self._sessions:
+            try:
+                return self._open_session().call(_FIELDS[op], request, timeout)
+            except SessionClosed as exc:
+                where = f"rendezvous server {self.endpoint} (run {self.run_id!r}, {op})"
+                raise RendezvousBackendError(f"{where}: {exc}") from None
+            except grpc.RpcError as exc:
+                if exc.code() != grpc.StatusCode.UNIMPLEMENTED:
+                    raise
+                if not isinstance(exc, OperationRefused):  # the stream itself: a server of a version without it
+                    log.debug("rendezvous server %s has no sessions: one call per operation", self.endpoint)
+                    self._sessions = False
+        if op == "Watch":
+            for event in self._stub.Watch(request, timeout=timeout, metadata=self._metadata):
+                return event
+            return pb.WatchEvent(changed=False)
+        return getattr(self._stub, op)(request, timeout=timeout, metadata=self._metadata)
+
     def _invoke(self, op: str, request: Any) -> Any:
-        """Call ``op`` with a deadline; retry while the server is unavailable; raise gRPC's error."""
+        """Send ``op`` with a deadline; retry while the server is unavailable; raise gRPC's error."""
         backoff: Backoff | None = None
         while True:
             try:
-                return getattr(self._stub, op)(request, timeout=self.call_timeout, metadata=self._metadata)
+                return self._send(op, request, self.call_timeout)
             except grpc.RpcError as exc:
                 if exc.code() in _RETRIED:
                     backoff = backoff or Backoff(self.retry_timeout)
@@ -181,10 +235,10 @@ class GrpcBackend:
             raise self._error(op, exc) from None
 
     def probe(self, wait: float = 1.0) -> bool:
-        """One read and one watch that ends at once, before any round: whether the server answered.
+        """One read, and one on the session (opening its stream), before any round: whether the server answered.
 
         What a process pays for its first calls (the stub, the connection's first exchanges, the
-        first unary call and the first stream, each dearer than the same call later) is then paid
+        first unary call and the session's stream, each dearer than the same call later) is then paid
         here rather than inside the first rendezvous round, as
         torch's TCPStore client validates its connection when it is made; and a token the server
         refuses is reported now. A server that cannot be reached within ``wait`` seconds (not
@@ -199,12 +253,10 @@ class GrpcBackend:
         try:
             read = pb.GetRequest(space=self.run_id, key="probe")
             self._stub.Get(read, timeout=max(0.0, wait), metadata=self._metadata, wait_for_ready=True)
-            # and a watch that ends at once: a stream's first use in a process has costs of its own
-            op = "Watch"
-            watch = pb.WatchRequest(space=self.run_id, key="probe", timeout=0.0)
-            remaining = max(0.0, until - time.monotonic())
-            for _ in self._stub.Watch(watch, timeout=remaining, metadata=self._metadata):
-                pass
+            # and the same read on this backend's session, which opens its stream: a stream's
+            # first use in a process has costs of its own
+            op = "Session"
+            self._send("Get", read, max(0.0, until - time.monotonic()))
         except grpc.RpcError as exc:
             if exc.code() == grpc.StatusCode.UNAUTHENTICATED:
                 raise self._error(op, exc) from None
@@ -336,21 +388,17 @@ class GrpcBackend:
         return _entries(reply.entries)
 
     def _watch(self, make: Callable[[float], Any], timeout: float) -> Any:
-        """Hold a watch stream until it reports a change (its event) or ``timeout`` passes (``None``).
+        """Wait for a watch's event: a change (the event) or ``timeout`` passing (``None``).
 
-        The stream is opened again after a lost connection.
+        The watch is sent again (on a new stream) after a lost connection.
         """
         deadline = time.monotonic() + max(0.0, timeout)
         backoff: Backoff | None = None
         while True:
             remaining = max(0.0, deadline - time.monotonic())
             try:
-                stream = self._stub.Watch(
-                    make(remaining), timeout=remaining + self.call_timeout, metadata=self._metadata
-                )
-                for event in stream:
-                    return event if event.changed else None
-                return None
+                event = self._send("Watch", make(remaining), remaining + self.call_timeout)
+                return event if event.changed else None
             except grpc.RpcError as exc:
                 if exc.code() in _RETRIED:
                     backoff = backoff or Backoff(self.retry_timeout)
@@ -359,7 +407,7 @@ class GrpcBackend:
                 raise self._error("Watch", exc) from None
 
     def watch(self, key: str, *, version: Version | None, timeout: float) -> bool:
-        """See :meth:`RendezvousBackend.watch` (one server-side stream)."""
+        """See :meth:`RendezvousBackend.watch` (one message on the session, one event back)."""
         check_key(key)
 
         def request(t: float) -> Any:
@@ -370,7 +418,7 @@ class GrpcBackend:
     def wait_with(
         self, key: str, *, version: Version | None, timeout: float, also: Sequence[str]
     ) -> WatchedChange | None:
-        """See :class:`~rallypoint.rendezvous.backend.SupportsWaitWith`: one stream, ``also`` in its event.
+        """See :class:`~rallypoint.rendezvous.backend.SupportsWaitWith`: one watch, ``also`` in its event.
 
         A server of an older version sends no ``also`` entries: the keys then read as absent
         (the rendezvous falls back to the roster).
@@ -391,14 +439,14 @@ class GrpcBackend:
         """See :class:`~rallypoint.rendezvous.backend.SupportsHeldWatch`.
 
         Nothing is sent until the wait: the server compares the key with the version the waiter
-        holds when the stream opens, so no change made since the hold can be missed. The change
+        holds when the watch arrives, so no change made since the hold can be missed. The change
         comes with the key's entry (from a server of this version; an older one sends none, and
         the caller reads).
         """
         return _HeldWatch(self, check_key(key), time.monotonic() + max(0.0, timeout))
 
     def watch_prefix(self, prefix: str, *, versions: Mapping[str, Version], timeout: float) -> bool:
-        """See :meth:`RendezvousBackend.watch_prefix` (one server-side stream)."""
+        """See :meth:`RendezvousBackend.watch_prefix` (one message on the session, one event back)."""
         check_key(prefix, prefix=True)
         known = dict(versions)
         return (
@@ -410,7 +458,14 @@ class GrpcBackend:
         )
 
     def close(self) -> None:
-        """The channel is shared by the process and stays open; nothing else is held."""
+        """End this backend's session (its calls in flight raise); the channel is the process's and stays open.
+
+        A later call opens a new session.
+        """
+        with self._session_lock:
+            session, self._session = self._session, None
+        if session is not None and session.pid == os.getpid():
+            session.close()
 
 
 def _client_tls(opts: GrpcOptions) -> TlsFiles | None:
@@ -434,7 +489,7 @@ class _HeldWatch:
         return max(0.0, self._until - time.monotonic())
 
     def wait(self, version: Version | None) -> WatchedChange | None:
-        """One watch stream from ``version`` until the deadline; the change with the key's entry."""
+        """One watch from ``version`` until the deadline; the change with the key's entry."""
         b = self._backend
 
         def request(t: float) -> Any:

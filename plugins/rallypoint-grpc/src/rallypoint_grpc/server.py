@@ -25,6 +25,7 @@ import grpc.aio
 
 from rallypoint_grpc._proto import rendezvous_pb2 as pb
 from rallypoint_grpc._proto import rendezvous_pb2_grpc as pb_grpc
+from rallypoint_grpc.session_server import CODES, ServerSession
 from rallypoint_grpc.store import Limits, Store, StoreError
 from rallypoint_grpc.transport import (
     DEFAULT_MAX_MESSAGE_BYTES,
@@ -40,11 +41,7 @@ __all__ = ["RendezvousServer", "RendezvousService", "ServerConfig"]
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-_CODES = {
-    "invalid": grpc.StatusCode.INVALID_ARGUMENT,
-    "precondition": grpc.StatusCode.FAILED_PRECONDITION,
-    "exhausted": grpc.StatusCode.RESOURCE_EXHAUSTED,
-}
+_CODES = CODES
 
 
 def _entry(pair: tuple[str, int] | None) -> pb.Entry | None:
@@ -56,11 +53,31 @@ def _entries(found: dict[str, tuple[str, int]]) -> dict[str, pb.Entry]:
 
 
 class RendezvousService(pb_grpc.RendezvousServicer):
-    """The ``rallypoint.rendezvous.v1.Rendezvous`` service over a :class:`Store`."""
+    """The ``rallypoint.rendezvous.v1.Rendezvous`` service over a :class:`Store`.
+
+    Each operation is a plain method from its request to its reply (raising
+    :class:`~rallypoint_grpc.store.StoreError`), served two ways: as its own unary call, and as a
+    message of a session stream (:meth:`Session`, :mod:`rallypoint_grpc.session_server`).
+    """
 
     def __init__(self, store: Store) -> None:
         self.store = store
+        #: Operations served (unary calls and session messages alike).
         self.calls = 0
+        #: Session streams opened.
+        self.sessions = 0
+        #: The operation of each unary method, by the session message's field name too.
+        self.operations: dict[str, Callable[[Any], Any]] = {
+            "get": self.get,
+            "set": self.set,
+            "compare_and_set": self.compare_and_set,
+            "add": self.add,
+            "create_and_add": self.create_and_add,
+            "check_in": self.check_in,
+            "set_many": self.set_many,
+            "delete": self.delete,
+            "list": self.list,
+        }
 
     async def _run(self, context: grpc.aio.ServicerContext, op: Callable[[], T]) -> T:
         self.calls += 1
@@ -70,110 +87,80 @@ class RendezvousService(pb_grpc.RendezvousServicer):
             await context.abort(_CODES[exc.code], str(exc))
             raise  # unreachable: abort raises
 
-    async def Get(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        """See the .proto file."""
-        found = await self._run(context, lambda: self.store.get(request.space, request.key))
-        return pb.GetReply(entry=_entry(found))
+    # -- the operations -------------------------------------------------------------------
+    def get(self, request: Any) -> Any:
+        """A ``Get``'s reply."""
+        return pb.GetReply(entry=_entry(self.store.get(request.space, request.key)))
 
-    async def Set(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        """See the .proto file."""
+    def set(self, request: Any) -> Any:
+        """A ``Set``'s reply."""
         ttl = request.ttl if request.HasField("ttl") else None
-        version = await self._run(
-            context, lambda: self.store.set(request.space, request.key, request.value, ttl, request.request_id)
-        )
-        return pb.SetReply(version=version)
+        return pb.SetReply(version=self.store.set(request.space, request.key, request.value, ttl, request.request_id))
 
-    async def CompareAndSet(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        """See the .proto file."""
+    def compare_and_set(self, request: Any) -> Any:
+        """A ``CompareAndSet``'s reply."""
         ttl = request.ttl if request.HasField("ttl") else None
         version = request.version if request.HasField("version") else None
-        written, current = await self._run(
-            context,
-            lambda: self.store.compare_and_set(
-                request.space, request.key, request.value, version, ttl, request.request_id
-            ),
+        written, current = self.store.compare_and_set(
+            request.space, request.key, request.value, version, ttl, request.request_id
         )
         return pb.CompareAndSetReply(written=written, entry=_entry(current))
 
-    async def Add(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        """See the .proto file."""
-        total = await self._run(
-            context, lambda: self.store.add(request.space, request.key, request.amount, request.request_id)
-        )
-        return pb.AddReply(total=total)
+    def add(self, request: Any) -> Any:
+        """An ``Add``'s reply."""
+        return pb.AddReply(total=self.store.add(request.space, request.key, request.amount, request.request_id))
 
-    async def CreateAndAdd(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        """See the .proto file."""
-        created, current, total = await self._run(
-            context,
-            lambda: self.store.create_and_add(
-                request.space, request.key, request.value, request.counter, request.amount, request.request_id
-            ),
+    def create_and_add(self, request: Any) -> Any:
+        """A ``CreateAndAdd``'s reply."""
+        created, current, total = self.store.create_and_add(
+            request.space, request.key, request.value, request.counter, request.amount, request.request_id
         )
         return pb.CreateAndAddReply(created=created, entry=_entry(current), total=total)
 
-    async def CheckIn(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        """See the .proto file."""
+    def check_in(self, request: Any) -> Any:
+        """A ``CheckIn``'s reply."""
         claim = (request.claim_key, request.claim_value) if request.HasField("claim_key") else None
-        found, count, claimed = await self._run(
-            context,
-            lambda: self.store.check_in(
-                request.space, request.prefix, request.counter, request.unless, claim, request.request_id
-            ),
+        found, count, claimed = self.store.check_in(
+            request.space, request.prefix, request.counter, request.unless, claim, request.request_id
         )
-        return pb.CheckInReply(
-            entries=_entries(found),
-            count=count,
-            claimed=_entry(claimed),
-        )
+        return pb.CheckInReply(entries=_entries(found), count=count, claimed=_entry(claimed))
 
-    async def SetMany(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        """See the .proto file."""
-        items = dict(request.items)
-        version = await self._run(context, lambda: self.store.set_many(request.space, items, request.request_id))
-        return pb.SetManyReply(version=version)
+    def set_many(self, request: Any) -> Any:
+        """A ``SetMany``'s reply."""
+        return pb.SetManyReply(version=self.store.set_many(request.space, dict(request.items), request.request_id))
 
-    async def Delete(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        """See the .proto file."""
+    def delete(self, request: Any) -> Any:
+        """A ``Delete``'s reply."""
         version = request.version if request.HasField("version") else None
-        deleted = await self._run(
-            context, lambda: self.store.delete(request.space, request.key, version, request.request_id)
-        )
-        return pb.DeleteReply(deleted=deleted)
+        return pb.DeleteReply(deleted=self.store.delete(request.space, request.key, version, request.request_id))
 
-    async def List(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        """See the .proto file."""
-        found = await self._run(context, lambda: self.store.list(request.space, request.prefix))
-        return pb.ListReply(entries=_entries(found))
+    def list(self, request: Any) -> Any:
+        """A ``List``'s reply."""
+        return pb.ListReply(entries=_entries(self.store.list(request.space, request.prefix)))
 
-    async def Watch(self, request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-        """Hold the stream until the watched key (or prefix) changes or the timeout passes."""
+    async def wait(self, request: Any) -> Any:
+        """A watch's one event: at the watched key's (or prefix's) change, or ``changed=False`` at the timeout.
+
+        Raises:
+            StoreError: the request is invalid, or the server holds too many watches.
+        """
         store = self.store
         version = request.version if request.HasField("version") else None
         versions = dict(request.versions)
         args = (request.space, request.key, request.prefix)
         deadline = time.monotonic() + min(max(0.0, request.timeout), store.limits.max_watch_seconds)
-
-        def check() -> pb.WatchEvent | None:
-            if not store.changed(*args, version, versions):
-                return None
-            if request.prefix:
-                return pb.WatchEvent(changed=True)
-            # A key watch's change comes with the entry that differs (and the keys asked for with
-            # it, such as the waiting node's seat): the watcher need not read them.
-            also = _entries(store.entries(request.space, list(request.also))) if request.also else None
-            return pb.WatchEvent(changed=True, entry=_entry(store.get(request.space, request.key)), also=also)
-
         while True:
-            change = await self._run(context, check)
-            if change is not None:
-                yield change
-                return
+            if store.changed(*args, version, versions):
+                if request.prefix:
+                    return pb.WatchEvent(changed=True)
+                # A key watch's change comes with the entry that differs (and the keys asked for
+                # with it, such as the waiting node's seat): the watcher need not read them.
+                also = _entries(store.entries(request.space, list(request.also))) if request.also else None
+                return pb.WatchEvent(changed=True, entry=_entry(store.get(request.space, request.key)), also=also)
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                yield pb.WatchEvent(changed=False)
-                return
-            event = await self._run(context, lambda: store.arm(*args))
+                return pb.WatchEvent(changed=False)
+            event = store.arm(*args)
             next_expiry = store.expire(store.space(request.space))
             if next_expiry is not None:  # wake for a lease that ends first
                 remaining = min(remaining, max(0.001, next_expiry - store.clock()))
@@ -182,6 +169,58 @@ class RendezvousService(pb_grpc.RendezvousServicer):
                     await asyncio.wait_for(event.wait(), remaining)
             finally:
                 store.disarm(*args, event)
+
+    # -- unary calls ----------------------------------------------------------------------
+    async def Get(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        """See the .proto file."""
+        return await self._run(context, lambda: self.get(request))
+
+    async def Set(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        """See the .proto file."""
+        return await self._run(context, lambda: self.set(request))
+
+    async def CompareAndSet(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        """See the .proto file."""
+        return await self._run(context, lambda: self.compare_and_set(request))
+
+    async def Add(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        """See the .proto file."""
+        return await self._run(context, lambda: self.add(request))
+
+    async def CreateAndAdd(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        """See the .proto file."""
+        return await self._run(context, lambda: self.create_and_add(request))
+
+    async def CheckIn(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        """See the .proto file."""
+        return await self._run(context, lambda: self.check_in(request))
+
+    async def SetMany(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        """See the .proto file."""
+        return await self._run(context, lambda: self.set_many(request))
+
+    async def Delete(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        """See the .proto file."""
+        return await self._run(context, lambda: self.delete(request))
+
+    async def List(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        """See the .proto file."""
+        return await self._run(context, lambda: self.list(request))
+
+    async def Watch(self, request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+        """Hold the stream until the watched key (or prefix) changes or the timeout passes."""
+        self.calls += 1
+        try:
+            event = await self.wait(request)
+        except StoreError as exc:
+            await context.abort(_CODES[exc.code], str(exc))
+            raise  # unreachable: abort raises
+        yield event
+
+    async def Session(self, request_iterator: Any, context: grpc.aio.ServicerContext) -> None:
+        """Serve one client's session stream until it ends (see :mod:`rallypoint_grpc.session_server`)."""
+        self.sessions += 1
+        await ServerSession(self, context).serve()
 
 
 class ServerConfig:

@@ -254,3 +254,67 @@ class WatchEvent(_message.Message):
     entry: Entry
     also: _containers.MessageMap[str, Entry]
     def __init__(self, changed: _Optional[bool] = ..., entry: _Optional[_Union[Entry, _Mapping]] = ..., also: _Optional[_Mapping[str, Entry]] = ...) -> None: ...
+
+class SessionRequest(_message.Message):
+    __slots__ = ("id", "get", "set", "compare_and_set", "add", "create_and_add", "check_in", "set_many", "delete", "list", "watch", "cancel")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    GET_FIELD_NUMBER: _ClassVar[int]
+    SET_FIELD_NUMBER: _ClassVar[int]
+    COMPARE_AND_SET_FIELD_NUMBER: _ClassVar[int]
+    ADD_FIELD_NUMBER: _ClassVar[int]
+    CREATE_AND_ADD_FIELD_NUMBER: _ClassVar[int]
+    CHECK_IN_FIELD_NUMBER: _ClassVar[int]
+    SET_MANY_FIELD_NUMBER: _ClassVar[int]
+    DELETE_FIELD_NUMBER: _ClassVar[int]
+    LIST_FIELD_NUMBER: _ClassVar[int]
+    WATCH_FIELD_NUMBER: _ClassVar[int]
+    CANCEL_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    get: GetRequest
+    set: SetRequest
+    compare_and_set: CompareAndSetRequest
+    add: AddRequest
+    create_and_add: CreateAndAddRequest
+    check_in: CheckInRequest
+    set_many: SetManyRequest
+    delete: DeleteRequest
+    list: ListRequest
+    watch: WatchRequest
+    cancel: int
+    def __init__(self, id: _Optional[int] = ..., get: _Optional[_Union[GetRequest, _Mapping]] = ..., set: _Optional[_Union[SetRequest, _Mapping]] = ..., compare_and_set: _Optional[_Union[CompareAndSetRequest, _Mapping]] = ..., add: _Optional[_Union[AddRequest, _Mapping]] = ..., create_and_add: _Optional[_Union[CreateAndAddRequest, _Mapping]] = ..., check_in: _Optional[_Union[CheckInRequest, _Mapping]] = ..., set_many: _Optional[_Union[SetManyRequest, _Mapping]] = ..., delete: _Optional[_Union[DeleteRequest, _Mapping]] = ..., list: _Optional[_Union[ListRequest, _Mapping]] = ..., watch: _Optional[_Union[WatchRequest, _Mapping]] = ..., cancel: _Optional[int] = ...) -> None: ...
+
+class Failure(_message.Message):
+    __slots__ = ("code", "message")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    code: int
+    message: str
+    def __init__(self, code: _Optional[int] = ..., message: _Optional[str] = ...) -> None: ...
+
+class SessionReply(_message.Message):
+    __slots__ = ("id", "get", "set", "compare_and_set", "add", "create_and_add", "check_in", "set_many", "delete", "list", "watch", "failure")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    GET_FIELD_NUMBER: _ClassVar[int]
+    SET_FIELD_NUMBER: _ClassVar[int]
+    COMPARE_AND_SET_FIELD_NUMBER: _ClassVar[int]
+    ADD_FIELD_NUMBER: _ClassVar[int]
+    CREATE_AND_ADD_FIELD_NUMBER: _ClassVar[int]
+    CHECK_IN_FIELD_NUMBER: _ClassVar[int]
+    SET_MANY_FIELD_NUMBER: _ClassVar[int]
+    DELETE_FIELD_NUMBER: _ClassVar[int]
+    LIST_FIELD_NUMBER: _ClassVar[int]
+    WATCH_FIELD_NUMBER: _ClassVar[int]
+    FAILURE_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    get: GetReply
+    set: SetReply
+    compare_and_set: CompareAndSetReply
+    add: AddReply
+    create_and_add: CreateAndAddReply
+    check_in: CheckInReply
+    set_many: SetManyReply
+    delete: DeleteReply
+    list: ListReply
+    watch: WatchEvent
+    failure: Failure
+    def __init__(self, id: _Optional[int] = ..., get: _Optional[_Union[GetReply, _Mapping]] = ..., set: _Optional[_Union[SetReply, _Mapping]] = ..., compare_and_set: _Optional[_Union[CompareAndSetReply, _Mapping]] = ..., add: _Optional[_Union[AddReply, _Mapping]] = ..., create_and_add: _Optional[_Union[CreateAndAddReply, _Mapping]] = ..., check_in: _Optional[_Union[CheckInReply, _Mapping]] = ..., set_many: _Optional[_Union[SetManyReply, _Mapping]] = ..., delete: _Optional[_Union[DeleteReply, _Mapping]] = ..., list: _Optional[_Union[ListReply, _Mapping]] = ..., watch: _Optional[_Union[WatchEvent, _Mapping]] = ..., failure: _Optional[_Union[Failure, _Mapping]] = ...) -> None: ...

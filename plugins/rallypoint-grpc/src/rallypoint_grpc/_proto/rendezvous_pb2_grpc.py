@@ -84,6 +84,11 @@ class RendezvousStub:
                 request_serializer=rendezvous__pb2.WatchRequest.SerializeToString,
                 response_deserializer=rendezvous__pb2.WatchEvent.FromString,
                 _registered_method=True)
+        self.Session = channel.stream_stream(
+                '/rallypoint.rendezvous.v1.Rendezvous/Session',
+                request_serializer=rendezvous__pb2.SessionRequest.SerializeToString,
+                response_deserializer=rendezvous__pb2.SessionReply.FromString,
+                _registered_method=True)
 
 
 class RendezvousServicer:
@@ -150,6 +155,14 @@ class RendezvousServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Session(self, request_iterator, context):
+        """One long-lived stream per client (an agent's backend): every call above as a tagged message,
+        answered in a tagged reply; a watch's event is pushed on the same stream when it fires.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_RendezvousServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -202,6 +215,11 @@ def add_RendezvousServicer_to_server(servicer, server):
                     servicer.Watch,
                     request_deserializer=rendezvous__pb2.WatchRequest.FromString,
                     response_serializer=rendezvous__pb2.WatchEvent.SerializeToString,
+            ),
+            'Session': grpc.stream_stream_rpc_method_handler(
+                    servicer.Session,
+                    request_deserializer=rendezvous__pb2.SessionRequest.FromString,
+                    response_serializer=rendezvous__pb2.SessionReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -474,6 +492,33 @@ class Rendezvous:
             '/rallypoint.rendezvous.v1.Rendezvous/Watch',
             rendezvous__pb2.WatchRequest.SerializeToString,
             rendezvous__pb2.WatchEvent.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Session(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/rallypoint.rendezvous.v1.Rendezvous/Session',
+            rendezvous__pb2.SessionRequest.SerializeToString,
+            rendezvous__pb2.SessionReply.FromString,
             options,
             channel_credentials,
             insecure,
