@@ -98,7 +98,7 @@ def test_the_store_serves_torch_clients_before_any_worker_and_ends_when_stopped(
     store.stop()
     assert not wait_listening("127.0.0.1", port, 0.5)
     assert said == []
-    assert (tmp_path / "store.log").read_text() == ""  # its line went to the agent, nothing else was written
+    assert (tmp_path / "store.log").read_text() == f"serving torch's env:// store on 127.0.0.1:{port}\n"
 
 
 def test_a_store_that_cannot_serve_falls_back_to_worker_rank_0_and_says_why(

@@ -5,8 +5,8 @@ warm process preloaded torch (see :mod:`rallypoint.agent.agent_store`), before a
 round starts: a fork, so ``torch`` is already imported and the store listens within
 milliseconds. It runs as a warm worker does (through :mod:`rallypoint.agent.worker_main`, in a
 session of its own, killed with its warm process) and serves until the agent ends it with
-``SIGTERM``. Its first line of output, once the store listens, tells the agent so; anything
-else it writes goes to its log. Every worker of the round connects to it as a client
+``SIGTERM``. Its first line of output, once the store listens, tells the agent so; that line
+again, and anything else it writes, goes to its log. Every worker of the round connects to it as a client
 (``TORCHELASTIC_USE_AGENT_STORE=True``), as torchrun's workers connect to their agent's store.
 
 Run by path, never imported by the agent: it imports nothing of rallypoint.
@@ -34,8 +34,10 @@ def main(argv: list[str]) -> int:
 
     # the server listens on every interface; its own client connects through addr, as the workers will
     store = TCPStore(addr, port, None, True, CLIENT_TIMEOUT, wait_for_workers=False)
-    print(f"serving torch's env:// store on {addr}:{port}", flush=True)  # the agent waits for this line
+    line = f"serving torch's env:// store on {addr}:{port}"
+    print(line, flush=True)  # the agent waits for this line
     os.dup2(2, 1)  # the agent read its line and closes its end: anything later goes to the log
+    print(line, flush=True)  # and the log says it too
     threading.Event().wait()  # until SIGTERM (its default action: the process ends, the store with it)
     del store  # pragma: no cover - never reached
     return 0
