@@ -92,6 +92,8 @@ class ElasticAgent:
         pm: plugin manager whose agent hooks fire (``None``: no hooks).
         console: where the agent's own messages go (``sys.stderr`` by default); they are queued
             and written by a thread of their own (:mod:`rallypoint.agent.console`), never waited for.
+        warm: the warm launcher of ``settings.preload``, when the caller started it earlier (``rallypoint
+            run`` does, before it sets up the rendezvous); the agent closes it when it ends.
     """
 
     def __init__(
@@ -101,6 +103,7 @@ class ElasticAgent:
         *,
         pm: RallypointPluginManager | None = None,
         console: TextIO | None = None,
+        warm: WarmLauncher | None = None,
     ) -> None:
         self.handler = handler
         if handler.assign is None:  # the node that completes a round assigns every node's ranks, once
@@ -113,8 +116,12 @@ class ElasticAgent:
         #: Where this run's logs go: ``settings.log_dir``, or a sibling when that holds an earlier run's.
         self.log_dir = settings.log_dir
         self._group: WorkerGroup | None = None
-        self._warm = WarmLauncher(  # inert if empty
-            settings.preload, env=settings.preload_env, console=console, keep=settings.preload_keep
+        self._warm = (
+            warm
+            if warm is not None
+            else WarmLauncher(  # inert if empty
+                settings.preload, env=settings.preload_env, console=console, keep=settings.preload_keep
+            )
         )
         self._store = AgentStore(self._warm, self.say)  # the workers' store, when the warm process preloads torch
         self._signal: int | None = None
