@@ -55,6 +55,7 @@ class SlurmDdpJob:
         nodes: ``--nodes`` of the batch job.
         train: the training script's arguments besides ``--out``.
         job_keys: more job-file text (e.g. ``[nodes]\\nmin = 2``).
+        agent_keys: more lines of the job file's ``[agent]`` section (e.g. ``preload = ["torch"]``).
         sbatch: more ``#SBATCH`` options.
     """
 
@@ -66,6 +67,7 @@ class SlurmDdpJob:
         nodes: int = 3,
         train: Sequence[str] = ("--steps", "30", "--global-batch", "12", "--ckpt-every", "5"),
         job_keys: str = "",
+        agent_keys: str = "",
         sbatch: Sequence[str] = (),
     ) -> None:
         self.cluster = cluster
@@ -76,7 +78,7 @@ class SlurmDdpJob:
         self.job_file = tmp_path / "job.toml"
         self.job_file.write_text(
             f'[job]\nentrypoint = "{TRAIN}"\nargs = [{args}]\n\n'
-            f'[agent]\nlog_dir = "{tmp_path}/logs/{{run_id}}"\nmonitor_interval = "100ms"\n\n'
+            f'[agent]\nlog_dir = "{tmp_path}/logs/{{run_id}}"\nmonitor_interval = "100ms"\n{agent_keys}\n'
             '[rendezvous]\nlast_call_timeout = "500ms"\n' + (f"\n{job_keys}\n" if job_keys else "")
         )
         self.script = tmp_path / "job.sbatch"

@@ -129,6 +129,7 @@ def test_a_torchrun_script_runs_unmodified_with_the_full_environment(tmp_path: P
     result = run(["run", "--nproc-per-node", "2", "--run-id", "envjob", str(check), str(tmp_path)], tmp_path)
     assert result.returncode == 0, result.stderr
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+    torch_preloaded = "torch" in agent_env().get("RALLYPOINT_AGENT_PRELOAD", "").split(",")
     for rank, seen in enumerate(ranks):
         assert seen["RANK"] == str(rank)
         assert seen["LOCAL_RANK"] == str(rank)
@@ -142,7 +143,8 @@ def test_a_torchrun_script_runs_unmodified_with_the_full_environment(tmp_path: P
         assert seen["TORCHELASTIC_RESTART_COUNT"] == "0"
         assert seen["TORCHELASTIC_MAX_RESTARTS"] == "3"
         assert seen["TORCHELASTIC_RUN_ID"] == "envjob"
-        assert seen["TORCHELASTIC_USE_AGENT_STORE"] == "False"
+        # a warm process that preloads torch serves the store (test_warm.py runs this with torch preloaded)
+        assert seen["TORCHELASTIC_USE_AGENT_STORE"] == str(torch_preloaded)
         assert seen["TORCHELASTIC_ERROR_FILE"].endswith(f"attempt_0/rank_{rank}.error.json")
         assert seen["OMP_NUM_THREADS"] == "1"
         assert seen["sum"] == 3.0

@@ -67,6 +67,36 @@ def test_scancel_mid_run_leaves_nothing_within_5_s(slurm: Any, tmp_path: Path) -
     assert not list((job.out / "ckpt").glob(".step_*"))  # no half-written one left behind
 
 
+def test_with_torch_preloaded_the_store_is_served_before_the_workers_and_scancel_leaves_nothing(
+    slurm: Any, tmp_path: Path
+) -> None:
+    """``[agent] preload = ["torch"]``: a fork of one node's warm process serves the workers' store (#39).
+
+    The job trains as usual; the store's process runs beside the workers until ``scancel``, and
+    is gone with everything else within 5 s.
+    """
+    cluster = slurm(3)
+    train = ("--steps", "400", "--ckpt-every", "1000", "--step-time", "0.1")
+    job = SlurmDdpJob(cluster, tmp_path, nodes=3, train=train, agent_keys='preload = ["torch"]')
+    job.submit()
+    job.wait_step(8)
+    logs = list(tmp_path.glob("logs/*/attempt_0/store.log"))
+    assert len(logs) == 1, logs  # written by the node of worker rank 0 alone
+    # (torch's server may warn there too: a client's host name has no reverse lookup on these hosts)
+    assert "serving torch's env:// store on " in logs[0].read_text(), logs[0].read_text()
+    running = _job_processes(cluster)
+    # forks of the warm process keep its command line: one warm process and one worker per node, and the store
+    forks = [p for procs in running.values() for p in procs if "/warm/_server.py" in p]
+    assert len(forks) == 3 + 3 + 1, running
+    cancelled = time.monotonic()
+    cluster.client(["scancel", str(job.job_id)])
+    left = running
+    while time.monotonic() - cancelled < 5 and left:
+        time.sleep(0.1)
+        left = _job_processes(cluster)
+    assert not left, f"still running {time.monotonic() - cancelled:.1f} s after scancel: {left}"
+
+
 def test_a_requeued_job_resumes_from_the_notice_checkpoint_under_the_same_run_id(slurm: Any, tmp_path: Path) -> None:
     """The warning (USR2): workers checkpoint, agents exit 75, the documented script requeues; then scontrol requeue."""
     cluster = slurm(3)

@@ -27,7 +27,8 @@ with open(os.path.join(sys.argv[1], "env" + os.environ["RANK"] + ".json"), "w") 
 ALLOWED = {
     "MASTER_ADDR": "the address of the node that holds global rank 0, not the rendezvous endpoint's host",
     "MASTER_PORT": "a free port on that node, where worker rank 0 serves torch's env:// store",
-    "TORCHELASTIC_USE_AGENT_STORE": "False: worker rank 0 serves the store (the agent never imports torch)",
+    "TORCHELASTIC_USE_AGENT_STORE": "False: worker rank 0 serves the store (the agent never imports torch; "
+    "True, as torchrun's, when the warm process preloads torch and serves it)",
     "TORCHELASTIC_ERROR_FILE": "absolute in both; rallypoint's lies in the job's log directory",
     "_": "the shell's record of the launcher's path",
 }

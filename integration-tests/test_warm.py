@@ -243,3 +243,65 @@ def test_the_next_job_reuses_the_kept_warm_process(tmp_path: Path, monkeypatch: 
         assert len(parents) == 2
         assert parents[0] == parents[1]
         assert [int(parents[0])] == [int(info["pid"]) for info in kept_servers()]
+
+
+STORE_FIRST = """
+import json, os, socket, sys
+# before torch is imported: the store must already accept connections, on every node, rank 0's too
+try:
+    socket.create_connection((os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])), timeout=5).close()
+    listening = True
+except OSError as exc:
+    listening = repr(exc)
+import torch
+import torch.distributed as dist
+
+dist.init_process_group("gloo")
+t = torch.ones(1)
+dist.all_reduce(t)
+attempt = os.environ["TORCHELASTIC_RESTART_COUNT"]
+out = {
+    "listening": listening,
+    "agent_store": os.environ["TORCHELASTIC_USE_AGENT_STORE"],
+    "port": os.environ["MASTER_PORT"],
+    "sum": t.item(),
+}
+with open(os.path.join(sys.argv[1], f"{os.environ['RANK']}.{attempt}.json"), "w") as f:
+    json.dump(out, f)
+dist.destroy_process_group()
+if attempt == "0" and os.environ["RANK"] == "2":
+    os.kill(os.getpid(), 9)
+"""
+
+
+def test_the_store_listens_before_any_worker_starts_and_each_round_has_its_own(tmp_path: Path) -> None:
+    """With torch preloaded, a fork of the warm process serves the env:// store before the workers start (#39).
+
+    Two agents (2 and 1 workers), a restart: every worker of both attempts, on both nodes, finds
+    the store listening at its first line, is told so (``TORCHELASTIC_USE_AGENT_STORE=True``, as
+    under torchrun), and the restart's round has a store of its own on another port.
+    """
+    body = suite.script(tmp_path, "store_first.py", STORE_FIRST)
+    common = suite.file_job(tmp_path, "storefirst", "2", "--max-restarts", "1")
+    procs = [
+        subprocess.Popen(
+            [*suite.RALLYPOINT, *common, "--nproc-per-node", str(n), "--node-id", f"node{i}", str(body), "."],
+            cwd=tmp_path,
+            env=_preloading_agent_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i, n in enumerate((2, 1))
+    ]
+    results = [p.communicate(timeout=180) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], results
+    seen = {p.stem: json.loads(p.read_text()) for p in tmp_path.glob("*.json")}
+    assert sorted(seen) == ["0.0", "0.1", "1.0", "1.1", "2.0", "2.1"]
+    assert {k: s["listening"] for k, s in seen.items()} == dict.fromkeys(seen, True)
+    assert {s["agent_store"] for s in seen.values()} == {"True"}
+    assert {s["sum"] for s in seen.values()} == {3.0}
+    assert seen["0.0"]["port"] != seen["0.1"]["port"]  # a new store for the restart's round
+    logs = sorted(tmp_path.rglob("store.log"))  # written by the node of worker rank 0, one per attempt
+    assert [log.parent.name for log in logs] == ["attempt_0", "attempt_1"]
+    assert [log.read_text().split(" on ")[0] for log in logs] == ["serving torch's env:// store"] * 2

@@ -33,11 +33,13 @@ import logging
 import socket
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from rallypoint.agent import console
 from rallypoint.agent import rejoin as rejoining
+from rallypoint.agent.agent_store import AgentStore
 from rallypoint.agent.colour import agent_line
 from rallypoint.agent.debug_service import DebugService
 from rallypoint.agent.error_files import read_error_file
@@ -90,6 +92,8 @@ class ElasticAgent:
         pm: plugin manager whose agent hooks fire (``None``: no hooks).
         console: where the agent's own messages go (``sys.stderr`` by default); they are queued
             and written by a thread of their own (:mod:`rallypoint.agent.console`), never waited for.
+        warm: the warm launcher of ``settings.preload``, when the caller started it earlier (``rallypoint
+            run`` does, before it sets up the rendezvous); the agent closes it when it ends.
     """
 
     def __init__(
@@ -99,6 +103,7 @@ class ElasticAgent:
         *,
         pm: RallypointPluginManager | None = None,
         console: TextIO | None = None,
+        warm: WarmLauncher | None = None,
     ) -> None:
         self.handler = handler
         if handler.assign is None:  # the node that completes a round assigns every node's ranks, once
@@ -111,9 +116,14 @@ class ElasticAgent:
         #: Where this run's logs go: ``settings.log_dir``, or a sibling when that holds an earlier run's.
         self.log_dir = settings.log_dir
         self._group: WorkerGroup | None = None
-        self._warm = WarmLauncher(  # inert if empty
-            settings.preload, env=settings.preload_env, console=console, keep=settings.preload_keep
+        self._warm = (
+            warm
+            if warm is not None
+            else WarmLauncher(  # inert if empty
+                settings.preload, env=settings.preload_env, console=console, keep=settings.preload_keep
+            )
         )
+        self._store = AgentStore(self._warm, self.say)  # the workers' store, when the warm process preloads torch
         self._signal: int | None = None
         self._notices = NoticeLog(settings.notice_signals, self.say)  # after a preemption notice: exit 75, requeue
         self.budget = RestartBudget(self.backend, handler.node_id, settings.max_restarts, self.say, pm)
@@ -210,6 +220,7 @@ class ElasticAgent:
         finally:
             if self._group is not None:
                 self._group.stop(grace=self.settings.stop_grace)
+            self._store.stop()
             self._warm.close()
             self._debug.stop()
             if self._status is not None:
@@ -408,6 +419,15 @@ class ElasticAgent:
         # published with this node's next join, so that strategies can keep its ranks stable
         self.handler.update_node(previous_rank=min(w.rank for w in assignment.for_node(node_id)))
         attempt_dir = private_dir(self.log_dir / f"attempt_{restarts}")
+        # the previous attempt's store served its workers until they all ended, the exit barrier too
+        self._store.stop()
+        agent_store = self._store.prepare(
+            assignment.store.master_addr,
+            assignment.store.master_port,
+            serve=any(w.rank == 0 for w in assignment.workers),
+            log=attempt_dir / "store.log",
+            round_on=self._round_stands(),
+        )
         workers = attempt_workers(
             self.settings,
             result,
@@ -417,6 +437,7 @@ class ElasticAgent:
             host=self.host,
             pm=self.pm,
             watchdog_env=self._kills.worker_env if self._kills is not None else None,
+            agent_store=agent_store,
         )
         specs, contexts, store = workers.specs, workers.ranks, workers.store
         prefixes = {r: prefix_of(self.settings.line_prefix, self.host, w) for r, w in contexts.items()}
@@ -425,9 +446,10 @@ class ElasticAgent:
         group = WorkerGroup(logs=logs, warm=self._warm)
         self._group = group
         self._debug.follow(group, {rank: w.local_rank for rank, w in contexts.items()}, attempt_dir / "debug")
-        # Worker rank 0 serves the env:// store. torch's clients back off for about half a second
-        # when they find no server yet, so the store's worker starts a moment before the others.
-        head_start = self.settings.store_head_start if 0 in contexts and len(specs) > 1 else 0.0
+        # Without an agent store, worker rank 0 serves the env:// store. torch's clients back off for
+        # about half a second when they find no server yet, so the store's worker starts a moment
+        # before the others.
+        head_start = self.settings.store_head_start if 0 in contexts and len(specs) > 1 and not agent_store else 0.0
         try:  # a signal may come while the workers start: those started are stopped with it
             group.start(specs, head_start=head_start)
             if self._status is not None:
@@ -472,6 +494,23 @@ class ElasticAgent:
             self._hangs.close()
             if self._kills is not None:
                 self._kills.follow(None)
+
+    def _round_stands(self, every: float = 1.0) -> Callable[[], bool]:
+        """A check whether the current round stands (this node in it, no node waiting, not closed).
+
+        The check reads the round's status at most once every ``every`` seconds.
+        """
+        last = [time.monotonic(), True]
+
+        def stands() -> bool:
+            if self.handler.failure is not None:
+                return False
+            if time.monotonic() - float(last[0]) >= every:
+                status = running_status(self.handler)
+                last[:] = [time.monotonic(), status is None or not (status.closed or status.waiting > 0)]
+            return bool(last[1])
+
+        return stands
 
     def _monitor(self, group: WorkerGroup) -> tuple[Outcome, WorkerExit | None]:
         interval = self.settings.monitor_interval

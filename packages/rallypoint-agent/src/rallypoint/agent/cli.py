@@ -318,13 +318,24 @@ def run(
 def _start(plan: JobPlan, pm: RallypointPluginManager, note: str | None) -> int:
     """Join the rendezvous and run this node's agent until the job ends; its exit code."""
     from rallypoint.agent import console
-    from rallypoint.agent.agent import ElasticAgent
-    from rallypoint.rendezvous.handler import RendezvousHandler
+    from rallypoint.agent.warm import WarmLauncher
 
-    handler = RendezvousHandler.from_spec(plan.rendezvous, plan.node, pm=pm)
-    # from here on, nothing printed in this process may wait for a console that is not read
-    console.capture_std_streams()
-    elastic = ElasticAgent(handler, plan.settings, pm=pm)
+    # with modules to preload, their imports begin now, while the rest of the agent loads, sets
+    # up its rendezvous and joins it (inert without)
+    settings = plan.settings
+    warm = WarmLauncher(settings.preload, env=settings.preload_env, keep=settings.preload_keep)
+    warm.start()
+    try:
+        from rallypoint.agent.agent import ElasticAgent
+        from rallypoint.rendezvous.handler import RendezvousHandler
+
+        handler = RendezvousHandler.from_spec(plan.rendezvous, plan.node, pm=pm)
+        # from here on, nothing printed in this process may wait for a console that is not read
+        console.capture_std_streams()
+        elastic = ElasticAgent(handler, settings, pm=pm, warm=warm)
+    except BaseException:
+        warm.close()
+        raise
     if note:
         elastic.say(note)
     return elastic.run().exit_code

@@ -2,8 +2,10 @@
 
 A script written for torchrun reads the same variables here (``RANK``, ``LOCAL_RANK``,
 ``WORLD_SIZE``, ``MASTER_ADDR``...), so it runs unmodified. ``MASTER_ADDR``/``MASTER_PORT`` name
-group rank 0's node and a port its agent picked for this round; worker rank 0 serves torch's
-``env://`` store there (``TORCHELASTIC_USE_AGENT_STORE=False``), so the agent never imports torch.
+the node of worker rank 0 and a port its agent picked for this round. torch's ``env://`` store is
+served there by a fork of that agent's warm process when it preloads torch, before the workers
+start (``TORCHELASTIC_USE_AGENT_STORE=True``, :mod:`rallypoint.agent.agent_store`), else by worker
+rank 0 (``False``); the agent itself never imports torch.
 """
 
 from __future__ import annotations
@@ -70,9 +72,11 @@ class WorkerContext:
             ``TORCHELASTIC_RESTART_COUNT`` is ``restarts_before + attempt``.
         max_restarts: the job-wide restart budget.
         master_addr: group rank 0's address.
-        master_port: the port worker rank 0 serves the ``env://`` store on.
+        master_port: the port of the ``env://`` store.
         error_file: where the worker writes its error file.
         host: this node's host name.
+        agent_store: the store is served before the workers start, not by worker rank 0
+            (``TORCHELASTIC_USE_AGENT_STORE``, see :mod:`rallypoint.agent.agent_store`).
     """
 
     ranks: WorkerRanks
@@ -85,6 +89,7 @@ class WorkerContext:
     error_file: Path
     host: str
     restarts_before: int = 0
+    agent_store: bool = False
 
 
 def worker_environment(
@@ -131,7 +136,7 @@ def worker_environment(
             "TORCHELASTIC_RESTART_COUNT": str(ctx.restarts_before + ctx.attempt),
             "TORCHELASTIC_MAX_RESTARTS": str(ctx.max_restarts),
             "TORCHELASTIC_RUN_ID": ctx.run_id,
-            "TORCHELASTIC_USE_AGENT_STORE": "False",
+            "TORCHELASTIC_USE_AGENT_STORE": str(ctx.agent_store),
             "TORCHELASTIC_ERROR_FILE": os.path.abspath(ctx.error_file),  # torchrun's is absolute too
             "RALLYPOINT_ROUND": str(ctx.round),
         }

@@ -39,7 +39,7 @@ class AttemptWorkers:
     Attributes:
         specs: how each is started, sorted by rank.
         contexts: each one's context by global rank (its ranks, error file...).
-        store: the ``addr:port`` of torch's env:// store (served by worker rank 0, wherever it runs).
+        store: the ``addr:port`` of torch's env:// store (on the node of worker rank 0, wherever it runs).
         progress: each one's files that grow as it makes progress, by global rank.
     """
 
@@ -64,6 +64,7 @@ def attempt_workers(
     host: str,
     pm: RallypointPluginManager | None = None,
     watchdog_env: Callable[[int], Mapping[str, str]] | None = None,
+    agent_store: bool = False,
 ) -> AttemptWorkers:
     """The workers this node starts for one attempt; clears their stale error files.
 
@@ -76,8 +77,10 @@ def attempt_workers(
         host: this host's name.
         pm: the plugin manager (``rallypoint_worker_env`` hooks), if any.
         watchdog_env: the variables connecting a rank to the watchdog server, if one runs.
+        agent_store: the store is served before the workers start (:mod:`rallypoint.agent.agent_store`):
+            every worker is a client of it, worker rank 0 too.
     """
-    # worker rank 0 serves torch's env:// store: every worker connects to the node that holds it,
+    # torch's env:// store is on the node of worker rank 0: every worker connects to it there,
     # wherever the rank strategy put it (not necessarily group rank 0); the share says where
     share = assignment if isinstance(assignment, NodeShare) else NodeShare.of(assignment, result)
     mine = share.workers
@@ -97,6 +100,7 @@ def attempt_workers(
             master_port=store.master_port,
             error_file=attempt_dir / f"rank_{w.rank}.error.json",
             host=host,
+            agent_store=agent_store,
         )
         plugin_env: dict[str, str] = {}
         if pm is not None:
