@@ -366,3 +366,24 @@ def test_a_coalesced_batch_is_followed_through_the_one_work_it_returns(tmp_path:
     works[1].done = True
     works[1].wait()
     assert all(isinstance(r["end"], float) for r in read_flight(tmp_path / "rank_0.flight"))
+
+
+def test_the_wrapped_wait_passes_every_form_of_its_arguments_on(tmp_path: Path) -> None:
+    calls: list[Any] = []
+
+    class Waited:
+        def wait(self, timeout: Any = "default", *more: Any, **options: Any) -> Any:
+            calls.append((timeout, more, options))
+            return len(calls)
+
+        def is_completed(self) -> bool:
+            return True
+
+    hooks = load_hooks()
+    recorder = hooks.FlightRecorder(str(tmp_path / "f"))
+    work = Waited()
+    recorder.begin(b"all_reduce", None, Tensor(1))
+    recorder.end_with(work, 0)
+    assert [work.wait(), work.wait(3), work.wait(timeout=4), work.wait(5, 6, x=7), work.wait(x=8)] == [1, 2, 3, 4, 5]
+    assert calls == [("default", (), {}), (3, (), {}), (4, (), {}), (5, (6,), {"x": 7}), ("default", (), {"x": 8})]
+    assert isinstance(read_flight(tmp_path / "f")[0]["end"], float)
