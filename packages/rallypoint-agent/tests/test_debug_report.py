@@ -151,12 +151,12 @@ def test_point_to_point_calls_do_not_count_as_collectives_and_both_are_diagnosed
     ws = hosted(
         worker(0, IN_ALL_REDUCE, [*DONE, p2p(0, "send", 2, end=2.5), record(2)]),
         worker(1, IN_ALL_REDUCE, [*DONE, record(2)]),
-        worker(2, IN_RECV, [*DONE, p2p(0, "recv", 0, end=2.6), p2p(1, "recv", 0)]),
+        worker(2, IN_RECV, [*DONE, p2p(0, "recv", 0, end=2.6), p2p(1, "recv", 0, end=2.7), p2p(2, "recv", 0)]),
     )
-    line = diagnose(ws)
+    line = diagnose(ws)  # rank 2's recv #2 is not a collective #2: no "mismatched op"
     assert line.startswith("diagnosis: ranks 0-1 wait in all_reduce #2 (group default, float32[4]); ")
     assert "rank 2 (host h, pid 102) never entered it: recv <- pipe.py:40" in line
     assert line.endswith(
-        "rank 2 waits in recv #1 from rank 0 (group default, tag 0, float32[16], 64 bytes): "
+        "rank 2 waits in recv #2 from rank 0 (group default, tag 0, float32[16], 64 bytes): "
         "rank 0 (host h, pid 100) never sent it: all_reduce <- train.py:88"
     )

@@ -220,7 +220,7 @@ def diagnose(workers: list[dict[str, Any]]) -> str:
         if w in waiting:
             continue
         p = pending[w["rank"]]
-        mine = [r for r in w.get("flight") or [] if r["group"] == group]
+        mine = [r for r in w.get("flight") or [] if r["group"] == group and r["op"] not in P2P_OPS]
         rec = next((r for r in mine if r["seq"] == seq), None)
         if rec is not None and rec["op"] != target["op"]:
             notes.append(f"{_who(w)} called {_describe(rec)} instead (mismatched op)")
