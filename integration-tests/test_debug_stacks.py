@@ -154,3 +154,31 @@ def test_the_agent_dumps_its_own_threads_on_the_workers_signal(tmp_path: Path) -
 
 def stat_mode(path: Path) -> int:
     return path.stat().st_mode & 0o777
+
+
+@pytest.mark.parametrize(("mode", "op"), [("p2p_recv", "recv"), ("p2p_batch", "irecv")])
+def test_debug_stacks_names_the_rank_that_never_sent_what_another_waits_to_receive(
+    mode: str, op: str, tmp_path: Path, jobs: list[HungJob]
+) -> None:
+    """A point-to-point hang (#40): rank 2 waits in a receive from rank 1, which is in its data loader."""
+    job = HungJob(tmp_path, mode, nproc=3)
+    jobs.append(job)
+    job.wait_ready()
+    done, took = job.stacks("--json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    workers = {w["rank"]: w for w in json.loads(done.stdout)["workers"]}
+    sent = workers[0]["flight"][-2]  # before the fourth all_reduce: its send to rank 1, complete
+    assert (sent["op"], sent["peer"], sent["tag"], sent["bytes"]) == ({"recv": "send"}.get(op, "isend"), 1, 0, 16)
+    assert isinstance(sent["end"], float)
+    waiting = workers[2]["flight"][-1]
+    assert (waiting["op"], waiting["seq"], waiting["peer"], waiting["end"]) == (op, 0, 1, None)
+    text, took = job.stacks()
+    assert took < 5.0, f"debug stacks took {took:.1f}s"
+    diagnosis = next(line for line in text.stdout.splitlines() if line.startswith("diagnosis:"))
+    host = os.uname().nodename
+    expected = (
+        f"rank 2 waits in {op} #0 from rank 1 (group default, tag 0, float32[4], 16 bytes): "
+        f"rank 1 (host {host}, pid {workers[1]['pid']}) never sent it: wait <- hang.py:{line_of('return q.get()')}"
+    )
+    assert expected in diagnosis, text.stdout
+    assert diagnosis.startswith("diagnosis: rank 0 wait in all_reduce #3 (group default, float32[4]); "), text.stdout

@@ -1,4 +1,4 @@
-"""The flight record of collectives started with ``async_op=True`` (#40): completed or in flight.
+"""The flight record of collectives started with ``async_op=True`` and of point-to-point calls (#40).
 
 A record of an asynchronous call is completed when its work completes (its future's callback
 stamps the end time), whether the script waits for it, polls it, or goes through the facade;
@@ -39,8 +39,14 @@ def test_async_collectives_are_completed_when_their_work_completes(tmp_path: Pat
             assert record["op"] == op, (rank, record)
             assert isinstance(record["end"], float), f"rank {rank}, step {length}: {record}"
             assert 0 <= record["duration"] < 60, (rank, record)
-    never = _by_length(read_flight(debug / "rank_0.flight"))[5]
+    for rank, (first, second) in enumerate([("send", "irecv"), ("recv", "isend")]):
+        steps = _by_length(read_flight(debug / f"rank_{rank}.flight"))
+        got = [(steps[n]["op"], steps[n]["peer"], steps[n]["tag"], steps[n]["seq"]) for n in (5, 6)]
+        assert got == [(first, 1 - rank, 0, 0), (second, 1 - rank, 3, 0)], (rank, steps[5], steps[6])
+        assert all(isinstance(steps[n]["end"], float) for n in (5, 6)), (rank, steps[5], steps[6])
+        assert all(steps[n]["bytes"] == 4 * n for n in (5, 6))
+    never = _by_length(read_flight(debug / "rank_0.flight"))[7]
     assert never["op"] == "all_reduce"
     assert never["end"] is None  # in flight: its work never completed
     assert never["duration"] is None
-    assert 5 not in _by_length(read_flight(debug / "rank_1.flight"))
+    assert 7 not in _by_length(read_flight(debug / "rank_1.flight"))

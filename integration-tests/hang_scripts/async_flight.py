@@ -7,7 +7,9 @@ own length, so that the test finds each step's record in the flight files by its
 2. ``dist.broadcast(async_op=True)``, polled with ``is_completed()``, never waited for;
 3. ``rc.all_reduce`` (the facade, synchronous: on Gloo it issues torch's call asynchronously);
 4. ``rc.all_reduce(async_op=True)``, then ``wait()``;
-5. rank 0 alone starts ``dist.all_reduce(async_op=True)``: it never completes. Rank 0 then exits
+5. the facade's ``send`` (rank 0) and ``recv`` (rank 1), and torch's ``isend`` / ``irecv`` the other
+   way, waited for (#40: point-to-point calls are recorded with their peer);
+6. rank 0 alone starts ``dist.all_reduce(async_op=True)``: it never completes. Rank 0 then exits
    at once (``os._exit``: nothing waits for the group); rank 1 stays until rank 0 is gone, so that
    the call is not failed by a closed connection first.
 """
@@ -43,10 +45,16 @@ def main() -> None:
         time.sleep(0.01)
     rc.all_reduce(torch.ones(3))
     rc.all_reduce(torch.ones(4), async_op=True).wait()
+    if rank == 0:
+        rc.send(torch.ones(5), 1)
+        dist.irecv(torch.ones(6), 1, tag=3).wait()
+    else:
+        rc.recv(torch.ones(5), 0)
+        dist.isend(torch.ones(6), 0, tag=3).wait()
     dist.barrier()
     handshake = Path(sys.argv[1])
     if rank == 0:
-        dist.all_reduce(torch.ones(5), async_op=True)  # rank 1 never joins it
+        dist.all_reduce(torch.ones(7), async_op=True)  # rank 1 never joins it
         time.sleep(0.5)
         part = handshake.with_suffix(".part")
         part.write_text(str(os.getpid()))

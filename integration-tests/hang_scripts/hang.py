@@ -9,6 +9,9 @@ rallypoint: ``facade``: rank 1 waits as in ``python_sleep``, the others call the
 through the rallypoint facade with a 3 s timeout (they raise CollectiveTimeout). ``slow`` hangs
 nowhere: every rank calls all_reduce once a second, ``SLOW_STEPS`` times (default 6), and ends (a
 job slower than nothing, but faster than its ``[debug] hang_timeout``).
+``p2p_recv`` and ``p2p_batch``: before the fourth all_reduce, ranks 0 -> 1 -> 2 pass a tensor
+on (``send``/``recv``, or ``batch_isend_irecv`` and ``wait``); rank 1 receives it, then blocks in its
+data-loader queue without passing it on, so rank 2 waits in its receive from rank 1.
 """
 
 import os
@@ -39,6 +42,27 @@ def read_from_socket() -> bytes:
 
 def prefetch(stop: threading.Event) -> None:
     stop.wait()
+
+
+def pass_on(mode: str, peer: int, t: torch.Tensor, send: bool) -> None:
+    """Send ``t`` to ``peer`` or receive it from there, blocking or through ``batch_isend_irecv``."""
+    if mode == "p2p_recv":
+        (dist.send if send else dist.recv)(t, peer)
+    else:
+        for work in dist.batch_isend_irecv([dist.P2POp(dist.isend if send else dist.irecv, t, peer)]):
+            work.wait()
+
+
+def token_ring(mode: str, rank: int) -> None:
+    """Ranks 0 -> 1 -> 2 pass a tensor on; rank 1 blocks in its data loader instead of passing it on."""
+    token = torch.zeros(4)
+    if rank == 0:
+        pass_on(mode, 1, token, send=True)
+    elif rank == 1:
+        pass_on(mode, 0, token, send=False)
+        next_batch(queue.Queue())
+    elif rank == 2:
+        pass_on(mode, 1, token, send=False)
 
 
 def main() -> None:
@@ -77,6 +101,8 @@ def main() -> None:
             dist.all_gather(out, t)
         elif mode == "shape":
             dist.all_reduce(torch.ones(2))
+    if mode in ("p2p_recv", "p2p_batch"):
+        token_ring(mode, rank)
     if mode == "facade":
         rc.all_reduce(t, timeout=3.0)  # through the facade: CollectiveTimeout after 3 s
         return

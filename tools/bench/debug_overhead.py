@@ -4,9 +4,10 @@ Four measurements; each side-by-side pair alternates its sides round by round (t
 harness), medians reported:
 
   1. the hook alone: the flight record's wrapper around a stand-in collective that returns at
-     once, against the stand-in itself; synchronous, and ``async_op=True`` (the stand-in's work
-     has a completed future, so the completion callback runs inline). The difference of the
-     medians is the recorder's own cost per call (target <= 2 us);
+     once, against the stand-in itself; synchronous, and ``async_op=True`` + ``wait()`` (the stand-in's
+     work is complete: its wrapped ``wait()`` ends the record). The difference of the
+     medians is the recorder's own cost per call (target <= 2 us); with --hooks-before FILE the
+     ``async_op=True`` one also against that copy of the hooks, head to head;
   2. one process, a single-rank Gloo group (no peer to wait for): all_reduce(16 floats) recorded
      against plain, synchronous and ``async_op=True`` + ``wait()``; with --hooks-before FILE (a
      saved copy of debug_hooks.py, e.g. ``git show HEAD~1:<path> > before.py``) the synchronous
@@ -211,6 +212,31 @@ def hook_alone(args: argparse.Namespace, hooks: Any, tmp: str) -> None:
         title="debug overhead: the hook alone, stand-in all_reduce(async_op=True) + wait(), the work complete",
     )
     print(f"flight record cost per call, hook alone (async_op=True): {(c.a.median - c.b.median) * 1e6:.2f} us\n")
+    if args.hooks_before is not None:
+        _async_before(args, _hooks(args.hooks_before, "_bench_hooks_before_alone"), tmp, wrapped, small)
+
+
+class _BeforeWork(_DoneWork):
+    """The work of the earlier copy's stand-in: a class of its own, wrapped by that copy's hooks only."""
+
+
+def _async_before(args: argparse.Namespace, before: Any, tmp: str, wrapped: Any, small: Any) -> None:
+    """The hook alone, ``async_op=True`` + ``wait()``: this copy of the hooks against an earlier one, head to head."""
+    done = _BeforeWork()
+
+    def stand_in(tensor: Any, op: Any = None, group: Any = None, async_op: bool = False) -> Any:
+        return done if async_op else None
+
+    old = before._wrap(before.FlightRecorder(os.path.join(tmp, "alone_before.flight")), "all_reduce", stand_in)
+    c = run_benchmark(
+        args,
+        lambda: wrapped(small, async_op=True).wait(),
+        lambda: old(small, async_op=True).wait(),
+        labels=("after", "before"),
+        title=f"debug overhead: the hook alone, async_op=True + wait(), this copy against {args.hooks_before}",
+    )
+    cost = (c.a.median - c.b.median) * 1e6
+    print(f"flight record cost per call, hook alone (async_op=True), after - before: {cost:+.2f} us\n")
 
 
 def single_rank(args: argparse.Namespace, hooks: Any, tmp: str) -> None:

@@ -239,3 +239,151 @@ def test_collect_signals_only_hooked_workers_and_reads_their_dump(tmp_path: Path
     assert out[0]["tasks"]
     assert all("wchan" in t for t in out[0]["tasks"])
     assert took < 1.0
+
+
+C10D = """
+class GroupMember:
+    WORLD = None
+
+class Group:
+    def __init__(self, name, ranks):
+        self.group_name, self.ranks = name, ranks
+
+def get_global_rank(group, group_rank):
+    return group.ranks[group_rank]
+
+def isend(tensor, dst=None, group=None, tag=0, group_dst=None):
+    return Work(done=True)
+
+def irecv(tensor, src=None, group=None, tag=0, group_src=None):
+    return Work(done=False)
+
+def _logged(fn):  # torch wraps its send and recv in a logger
+    def wrapper(*args, **kwargs):
+        return fn(*args, **kwargs)
+    wrapper.__wrapped__ = fn
+    return wrapper
+
+@_logged
+def send(tensor, dst=None, group=None, tag=0, group_dst=None):
+    group = group or GroupMember.WORLD
+    isend(tensor, group=group, tag=tag, group_dst=dst).wait()
+
+@_logged
+def recv(tensor, src=None, group=None, tag=0, group_src=None):
+    irecv(tensor, src=src, group=group, tag=tag, group_src=group_src).wait()
+
+class P2POp:
+    def __init__(self, op, tensor, peer, group=None, tag=0):
+        if op not in [isend, irecv]:
+            raise ValueError("Invalid op")
+        self.op, self.tensor, self.peer, self.group, self.tag = op, tensor, peer, group, tag
+
+def batch_isend_irecv(ops):
+    works = [
+        op.op(op.tensor, group=op.group, tag=op.tag, **{"group_dst" if op.op is isend else "group_src": op.peer})
+        for op in ops
+    ]
+    return [BATCH] if COALESCING else works
+"""
+
+
+def fake_c10d() -> tuple[types.ModuleType, types.ModuleType]:
+    """A stand-in for ``torch.distributed`` and its ``distributed_c10d``, whose send/recv/batch call its globals."""
+    c10d = types.ModuleType("fake_c10d")
+    c10d.Work = Work  # type: ignore[attr-defined]
+    exec(C10D, c10d.__dict__)
+    c10d.GroupMember.WORLD = c10d.Group("0", [0, 1, 2, 3])  # type: ignore[attr-defined]
+    c10d.COALESCING = False  # type: ignore[attr-defined]
+    dist = types.ModuleType("fake_distributed")
+    for name in ("isend", "irecv", "send", "recv", "batch_isend_irecv", "P2POp", "GroupMember", "get_global_rank"):
+        setattr(dist, name, getattr(c10d, name))
+    dist.distributed_c10d = c10d  # type: ignore[attr-defined]
+    return dist, c10d
+
+
+class ReadyWork(Work):
+    def __init__(self, done: bool = False) -> None:
+        self.done = done
+
+
+def test_point_to_point_calls_are_recorded_with_peer_tag_bytes_and_their_own_seq(tmp_path: Path) -> None:
+    hooks = load_hooks()
+    recorder = hooks.FlightRecorder(str(tmp_path / "rank_1.flight"))
+    dist, c10d = fake_c10d()
+    c10d.Work = ReadyWork  # type: ignore[attr-defined]
+    hooks.patch_distributed(dist, recorder)
+    assert c10d.isend is dist.isend  # torch's send finds the wrapper among its globals
+    tp = c10d.Group("tp", [2, 3])
+    dist.send(Tensor(4), 0)  # torch's blocking send: recorded once, as "send", complete
+    dist.isend(Tensor(2, 2), 3, tag=5)
+    dist.isend(Tensor(4), group=tp, group_dst=1)  # global rank 3 in its group
+    dist.send(Tensor(4), 0)
+    late = dist.irecv(Tensor(4))  # from any rank
+    recvd = dist.irecv(Tensor(1), 0, None, 9)
+    records = read_flight(tmp_path / "rank_1.flight")
+    got = [(r["op"], r["seq"], r["peer"], r["tag"], r["group"], r["bytes"]) for r in records]
+    assert got == [
+        ("send", 0, 0, 0, "default", 16),  # the default group passed by torch's send is "default"
+        ("isend", 0, 3, 5, "default", 16),
+        ("isend", 0, 3, 0, "tp", 16),
+        ("send", 1, 0, 0, "default", 16),
+        ("irecv", 0, -1, 0, "default", 16),
+        ("irecv", 0, 0, 9, "default", 4),
+    ]
+    assert [isinstance(r["end"], float) for r in records] == [True, False, False, True, False, False]
+    assert records[1]["shape"] == [2, 2]
+    late.done = recvd.done = True
+    assert late.is_completed()
+    recvd.wait()
+    assert all(isinstance(r["end"], float) for r in read_flight(tmp_path / "rank_1.flight")[4:])
+    assert [r["op"] for r in records if r["peer"] is None] == []  # every point-to-point record has its peer
+    dist.P2POp(dist.isend, Tensor(1), 0)  # torch's check of the op still knows the wrapped function
+
+
+def test_a_coalesced_batch_is_followed_through_the_one_work_it_returns(tmp_path: Path) -> None:
+    """As NCCL's ``batch_isend_irecv`` does it: the operations' own works are not the ones returned."""
+    hooks = load_hooks()
+    recorder = hooks.FlightRecorder(str(tmp_path / "rank_0.flight"))
+    dist, c10d = fake_c10d()
+    c10d.Work = ReadyWork  # type: ignore[attr-defined]
+    batch = c10d.BATCH = ReadyWork()  # type: ignore[attr-defined]
+    hooks.patch_distributed(dist, recorder)
+    ops = [dist.P2POp(dist.isend, Tensor(4), 1), dist.P2POp(dist.irecv, Tensor(4), 1)]
+    c10d.COALESCING = True  # type: ignore[attr-defined]
+    assert dist.batch_isend_irecv(ops) == [batch]
+    records = read_flight(tmp_path / "rank_0.flight")
+    assert [(r["op"], r["peer"], r["end"]) for r in records] == [("isend", 1, None), ("irecv", 1, None)]
+    assert not recorder.pending.keys() - {id(batch)}  # the operations' own works are forgotten
+    batch.done = True
+    batch.wait()
+    assert all(isinstance(r["end"], float) for r in read_flight(tmp_path / "rank_0.flight"))
+    c10d.COALESCING = False  # type: ignore[attr-defined]
+    works = dist.batch_isend_irecv(ops)  # one work per operation (Gloo): each ends its own record
+    assert len(works) == 2
+    works[0].wait()
+    assert [r["end"] is None for r in read_flight(tmp_path / "rank_0.flight")[2:]] == [False, True]
+    works[1].done = True
+    works[1].wait()
+    assert all(isinstance(r["end"], float) for r in read_flight(tmp_path / "rank_0.flight"))
+
+
+def test_the_wrapped_wait_passes_every_form_of_its_arguments_on(tmp_path: Path) -> None:
+    calls: list[Any] = []
+
+    class Waited:
+        def wait(self, timeout: Any = "default", *more: Any, **options: Any) -> Any:
+            calls.append((timeout, more, options))
+            return len(calls)
+
+        def is_completed(self) -> bool:
+            return True
+
+    hooks = load_hooks()
+    recorder = hooks.FlightRecorder(str(tmp_path / "f"))
+    work = Waited()
+    recorder.begin(b"all_reduce", None, Tensor(1))
+    recorder.end_with(work, 0)
+    assert [work.wait(), work.wait(3), work.wait(timeout=4), work.wait(5, 6, x=7), work.wait(x=8)] == [1, 2, 3, 4, 5]
+    assert calls == [("default", (), {}), (3, (), {}), (4, (), {}), (5, (6,), {"x": 7}), ("default", (), {"x": 8})]
+    assert isinstance(read_flight(tmp_path / "f")[0]["end"], float)

@@ -85,3 +85,78 @@ def test_without_collectives_the_diagnosis_names_the_ranks_apart_and_a_stuck_pro
     )
     assert "state D (uninterruptible): pids 103" in render([answer("h", [*ws, stuck])], [])
     assert diagnose([]) == "diagnosis: no worker answered"
+
+
+def p2p(seq: int, op: str, peer: int, end: Any = None, tag: int = 0, shape: tuple[int, ...] = (16,)) -> dict[str, Any]:
+    n = 1
+    for d in shape:
+        n *= d
+    return {**record(seq, op=op, shape=shape, end=end), "peer": peer, "tag": tag, "bytes": 4 * n, "start": 10 + seq}
+
+
+IN_RECV = frames((TORCH, 2790, "recv"), ("/job/pipe.py", 40, "stage"))
+IN_LOADER = frames(("/usr/lib/python3.11/queue.py", 171, "get"), ("/job/pipe.py", 30, "next_batch"))
+
+
+def hosted(*ws: dict[str, Any]) -> list[dict[str, Any]]:
+    for w in ws:
+        w["host"] = "h"
+    return list(ws)
+
+
+def test_a_rank_waiting_in_recv_names_the_peer_that_never_sent_and_where_that_peer_is() -> None:
+    ws = hosted(
+        worker(0, IN_LOADER, [p2p(0, "send", 1, end=1.0)]),  # sent #0, stuck before #1
+        worker(1, IN_RECV, [p2p(0, "recv", 0, end=1.5), p2p(1, "recv", 0)]),
+    )
+    assert diagnose(ws) == (
+        "diagnosis: rank 1 waits in recv #1 from rank 0 (group default, tag 0, float32[16], 64 bytes): "
+        "rank 0 (host h, pid 100) never sent it: get <- pipe.py:30"
+    )
+
+
+def test_a_chain_of_waits_puts_the_rank_that_holds_it_up_first() -> None:
+    ws = hosted(
+        worker(0, IN_LOADER, []),
+        worker(1, IN_RECV, [p2p(0, "recv", 0)]),
+        worker(2, IN_RECV, [p2p(0, "recv", 1)]),
+    )
+    line = diagnose(ws)
+    first, second = line.removeprefix("diagnosis: ").split("; ")
+    assert first.startswith("rank 1 waits in recv #0 from rank 0 ")
+    assert first.endswith("rank 0 (host h, pid 100) never sent it: get <- pipe.py:30")
+    assert second.startswith("rank 2 waits in recv #0 from rank 1 ")
+    assert second.endswith("rank 1 (host h, pid 101) never sent it: recv <- pipe.py:40")
+
+
+def test_point_to_point_mismatches_of_tag_and_size_and_a_peer_in_it_too() -> None:
+    tag = hosted(worker(0, IN_RECV, [p2p(0, "isend", 1, end=1.0, tag=7)]), worker(1, IN_RECV, [p2p(0, "irecv", 0)]))
+    assert diagnose(tag).endswith("rank 0 (host h, pid 100) sent it with tag 7 instead (mismatched tag)")
+    size = hosted(worker(0, IN_RECV, [p2p(0, "send", 1, shape=(8,))]), worker(1, IN_RECV, [p2p(0, "recv", 0, end=2.0)]))
+    assert diagnose(size) == (
+        "diagnosis: rank 0 waits in send #0 to rank 1 (group default, tag 0, float32[8], 32 bytes): "
+        "rank 1 (host h, pid 101) received it as recv #0 from rank 0 (group default, tag 0, float32[16], 64 bytes)"
+        " (mismatched size)"
+    )
+    both = hosted(worker(0, IN_RECV, [p2p(0, "send", 1)]), worker(1, IN_RECV, [p2p(0, "recv", 0)]))
+    assert "rank 1 (host h, pid 101) is in it too: recv <- pipe.py:40" in diagnose(both)
+    anyone = hosted(worker(0, IN_LOADER, []), worker(1, IN_RECV, [p2p(0, "recv", -1)]))
+    assert diagnose(anyone) == (
+        "diagnosis: rank 1 waits in recv #0 from any rank (group default, tag 0, float32[16], 64 bytes): "
+        "no rank sends to it"
+    )
+
+
+def test_point_to_point_calls_do_not_count_as_collectives_and_both_are_diagnosed() -> None:
+    ws = hosted(
+        worker(0, IN_ALL_REDUCE, [*DONE, p2p(0, "send", 2, end=2.5), record(2)]),
+        worker(1, IN_ALL_REDUCE, [*DONE, record(2)]),
+        worker(2, IN_RECV, [*DONE, p2p(0, "recv", 0, end=2.6), p2p(1, "recv", 0, end=2.7), p2p(2, "recv", 0)]),
+    )
+    line = diagnose(ws)  # rank 2's recv #2 is not a collective #2: no "mismatched op"
+    assert line.startswith("diagnosis: ranks 0-1 wait in all_reduce #2 (group default, float32[4]); ")
+    assert "rank 2 (host h, pid 102) never entered it: recv <- pipe.py:40" in line
+    assert line.endswith(
+        "rank 2 waits in recv #2 from rank 0 (group default, tag 0, float32[16], 64 bytes): "
+        "rank 0 (host h, pid 100) never sent it: all_reduce <- train.py:88"
+    )

@@ -12,10 +12,14 @@ import struct
 from pathlib import Path
 from typing import Any
 
-__all__ = ["FlightMark", "read_flight"]
+__all__ = ["P2P_OPS", "SEND_OPS", "FlightMark", "nbytes", "read_flight"]
 
 # the layout of debug_hooks.py (which the agent does not import: it is the workers' file)
-_SLOT = struct.Struct("<qdd16s16s24sq6q")
+_SLOT = struct.Struct("<qdd16s16s24sq6qqq")
+#: The point-to-point ops: their records carry a peer (global rank, -1 for any) and a tag.
+P2P_OPS = frozenset({"isend", "irecv", "send", "recv"})
+#: Sending ops (the others of P2P_OPS receive).
+SEND_OPS = frozenset({"isend", "send"})
 _HEADER = struct.Struct("<qq")  # records ever written, asynchronous calls ever completed
 _HEADER_SIZE = 64
 #: Where a record's end time is, from the start of its slot (after ``seq`` and ``start``).
@@ -27,13 +31,39 @@ def _text(raw: bytes) -> str:
     return raw.rstrip(b"\0").decode("utf-8", "replace")
 
 
+def nbytes(dtype: str, shape: list[int], ndim: int) -> int | None:
+    """The bytes of a tensor of ``dtype`` (torch's name, ``float32``) and ``shape``; ``None`` when not known.
+
+    The element size comes from the name (``int32``: 4, ``bfloat16``: 2, ``bool`` and ``float8_*``: 1);
+    a shape of more than the 6 dims a record keeps, or a dtype without a size in its name, gives ``None``.
+    """
+    if ndim > len(shape) or not dtype:
+        return None
+    if dtype == "bool" or dtype.startswith("float8"):
+        size = 1
+    else:
+        digits = len(dtype) - len(dtype.rstrip("0123456789"))
+        if digits == 0:
+            return None
+        size = int(dtype[-digits:]) // 8
+        if size == 0:  # a packed type (quint4x2)
+            return None
+    total = size
+    for d in shape:
+        total *= d
+    return total
+
+
 def read_flight(path: Path) -> list[dict[str, Any]]:
     """The records of a flight file, oldest first; ``[]`` when there is none (not a Python worker).
 
     Each record: ``seq`` (per group), ``op``, ``dtype``, ``shape`` (list), ``group``, ``start``
     (epoch seconds), ``end`` (epoch seconds; ``None`` until it completes, a call started with
     ``async_op=True`` included; ``"async"`` when it returned a work handle whose completion cannot
-    be seen), ``duration`` (seconds, or ``None``).
+    be seen), ``duration`` (seconds, or ``None``), ``bytes`` (the tensor's size, ``None`` when
+    not known, see :func:`nbytes`), and for a point-to-point call (op in :data:`P2P_OPS`) ``peer``
+    (the other side's global rank, ``-1`` for a receive from any rank) and ``tag`` (``None`` both for
+    a collective). A point-to-point call's ``seq`` counts per group, direction and peer.
     """
     try:
         data = path.read_bytes()
@@ -47,17 +77,22 @@ def read_flight(path: Path) -> list[dict[str, Any]]:
         return []
     records = []
     for n in range(max(0, count - slots), count):
-        seq, start, end, op, dtype, group, ndim, *dims = _SLOT.unpack_from(
+        seq, start, end, op, dtype, group, ndim, *dims, peer, tag = _SLOT.unpack_from(
             data, _HEADER_SIZE + (n % slots) * _SLOT.size
         )
         done: float | str | None = None if end == 0.0 else ("async" if end < 0 else end)
+        name, kind, shape = _text(op), _text(dtype), list(dims[: max(0, min(ndim, 6))])
+        p2p = name in P2P_OPS
         records.append(
             {
                 "seq": seq,
-                "op": _text(op),
-                "dtype": _text(dtype),
-                "shape": list(dims[: max(0, min(ndim, 6))]),
+                "op": name,
+                "dtype": kind,
+                "shape": shape,
+                "bytes": nbytes(kind, shape, ndim),
                 "group": _text(group),
+                "peer": peer if p2p else None,
+                "tag": tag if p2p else None,
                 "start": start,
                 "end": done,
                 "duration": end - start if isinstance(done, float) else None,

@@ -9,6 +9,10 @@ first, with host and pid: the odd ones out are what one looks for.
 The diagnosis line reads the flight records: the collective most ranks are in (same group and
 sequence number, not completed), and for every other rank, why it is not there: it never
 entered it (and where it is instead), or it entered a different one (another op, dtype or shape).
+Then, for every rank waiting in a point-to-point call (``recv``, ``send``, ``irecv``, ``isend``,
+``batch_isend_irecv``), what its peer did with the matching call (the peer's call of the other
+direction, to this rank, with the same sequence number): never made it (and where the peer is
+instead), made it with another tag or size, or is in it too.
 """
 
 from __future__ import annotations
@@ -16,6 +20,8 @@ from __future__ import annotations
 import os
 from collections import Counter
 from typing import Any
+
+from rallypoint.agent.debug_flight import P2P_OPS, SEND_OPS
 
 __all__ = ["diagnose", "flatten", "rank_list", "render", "summary_line"]
 
@@ -94,7 +100,7 @@ def _where(worker: dict[str, Any]) -> str:
 
 def _pending(worker: dict[str, Any]) -> dict[str, Any] | None:
     """The worker's latest collective when it has not completed."""
-    flight = worker.get("flight") or []
+    flight = [r for r in worker.get("flight") or [] if r["op"] not in P2P_OPS]
     if not flight:
         return None
     last = max(flight, key=lambda r: r["start"])
@@ -111,12 +117,87 @@ def _who(worker: dict[str, Any]) -> str:
     return f"rank {worker['rank']} (host {worker.get('host')}, pid {worker.get('pid')})"
 
 
+def _p2p_waits(worker: dict[str, Any]) -> list[dict[str, Any]]:
+    """The worker's point-to-point calls in flight, oldest first."""
+    flight = worker.get("flight") or []
+    return sorted((r for r in flight if r["op"] in P2P_OPS and r["end"] is None), key=lambda r: r["start"])
+
+
+def _describe_p2p(record: dict[str, Any]) -> str:
+    """``recv #2 from rank 1 (group default, tag 0, float32[16], 64 bytes)``."""
+    peer = record.get("peer")
+    towards = "to" if record["op"] in SEND_OPS else "from"
+    who = "any rank" if peer is None or peer < 0 else f"rank {peer}"
+    shape = "x".join(str(d) for d in record.get("shape") or []) or "-"
+    size = "" if record.get("bytes") is None else f", {record['bytes']} bytes"
+    what = f"group {record['group']}, tag {record.get('tag')}, {record.get('dtype') or '?'}[{shape}]{size}"
+    return f"{record['op']} #{record['seq']} {towards} {who} ({what})"
+
+
+def _p2p_note(worker: dict[str, Any], record: dict[str, Any], by_rank: dict[int, dict[str, Any]]) -> str:
+    """One rank's wait in a point-to-point call, and what its peer did with the other side of it."""
+    head = f"rank {worker['rank']} waits in {_describe_p2p(record)}"
+    sending = record["op"] in SEND_OPS
+    peer = record.get("peer")
+    if peer is None or peer < 0:
+        senders = [
+            w["rank"]
+            for w in by_rank.values()
+            if any(r["op"] in SEND_OPS and r.get("peer") == worker["rank"] for r in _p2p_waits(w))
+        ]
+        return head + (f": rank(s) {rank_list(senders)} send to it" if senders else ": no rank sends to it")
+    other = by_rank.get(peer)
+    if other is None:
+        return f"{head}: rank {peer} did not answer"
+    theirs = [
+        r
+        for r in other.get("flight") or []
+        if r["op"] in P2P_OPS
+        and (r["op"] in SEND_OPS) != sending
+        and r["group"] == record["group"]
+        and r.get("peer") == worker["rank"]
+    ]
+    match = next((r for r in theirs if r["seq"] == record["seq"]), None)
+    done = "received" if sending else "sent"
+    if match is None:
+        if max((r["seq"] for r in theirs), default=-1) < record["seq"]:
+            return f"{head}: {_who(other)} never {done} it: {_where(other)}"
+        return f"{head}: {_who(other)} is past it (its record is out of the ring): {_where(other)}"
+    if match.get("tag") != record.get("tag"):
+        return f"{head}: {_who(other)} {done} it with tag {match.get('tag')} instead (mismatched tag)"
+    if None not in (match.get("bytes"), record.get("bytes")) and match["bytes"] != record["bytes"]:
+        return f"{head}: {_who(other)} {done} it as {_describe_p2p(match)} (mismatched size)"
+    if match["end"] is None:
+        return f"{head}: {_who(other)} is in it too: {_where(other)}"
+    return f"{head}: {_who(other)} {done} it"
+
+
+def _p2p_notes(workers: list[dict[str, Any]]) -> list[str]:
+    """A note for every rank waiting in a point-to-point call: first those whose peer is not itself waiting in one."""
+    by_rank = {w["rank"]: w for w in workers}
+    waits = {w["rank"]: _p2p_waits(w) for w in workers}
+    notes = []
+    for w in workers:
+        if waits[w["rank"]]:
+            record = waits[w["rank"]][0]
+            chained = bool(waits.get(record.get("peer", -1)))  # its peer waits in one too: not the root cause
+            notes.append((chained, w["rank"], _p2p_note(w, record, by_rank)))
+    return [text for _, _, text in sorted(notes)]
+
+
+def _joined(notes: list[str]) -> str:
+    return "; ".join(notes[:8]) + (f"; and {len(notes) - 8} more" if len(notes) > 8 else "")
+
+
 def diagnose(workers: list[dict[str, Any]]) -> str:
     """One line: where most ranks wait, and which ranks are elsewhere and doing what."""
     if not workers:
         return "diagnosis: no worker answered"
     pending = {w["rank"]: _pending(w) for w in workers}
     keys = Counter((p["group"], p["seq"]) for p in pending.values() if p is not None)
+    p2p = _p2p_notes(workers)
+    if not keys and p2p:
+        return f"diagnosis: {_joined(p2p)}"
     if not keys:
         groups = _groups(workers)
         if len(groups) <= 1:
@@ -139,7 +220,7 @@ def diagnose(workers: list[dict[str, Any]]) -> str:
         if w in waiting:
             continue
         p = pending[w["rank"]]
-        mine = [r for r in w.get("flight") or [] if r["group"] == group]
+        mine = [r for r in w.get("flight") or [] if r["group"] == group and r["op"] not in P2P_OPS]
         rec = next((r for r in mine if r["seq"] == seq), None)
         if rec is not None and rec["op"] != target["op"]:
             notes.append(f"{_who(w)} called {_describe(rec)} instead (mismatched op)")
@@ -151,8 +232,9 @@ def diagnose(workers: list[dict[str, Any]]) -> str:
             notes.append(f"{_who(w)} is in {_describe(p)}: {_where(w)}")
         else:
             notes.append(f"{_who(w)} is past it: {_where(w)}")
+    notes += p2p
     if notes:
-        line += "; " + "; ".join(notes[:8]) + (f"; and {len(notes) - 8} more" if len(notes) > 8 else "")
+        line += "; " + _joined(notes)
     return line
 
 
