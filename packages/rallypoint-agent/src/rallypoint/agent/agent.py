@@ -33,7 +33,6 @@ import logging
 import socket
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
@@ -42,7 +41,6 @@ from rallypoint.agent import rejoin as rejoining
 from rallypoint.agent.agent_store import AgentStore
 from rallypoint.agent.colour import agent_line
 from rallypoint.agent.debug_service import DebugService
-from rallypoint.agent.error_files import read_error_file
 from rallypoint.agent.exit_barrier import exit_barrier
 from rallypoint.agent.fence import Fence
 from rallypoint.agent.hang_watch import HangWatch
@@ -52,7 +50,7 @@ from rallypoint.agent.logs import WorkerLogs, tee_selects
 from rallypoint.agent.lost_hosts import fatal_losses
 from rallypoint.agent.node_share import NodeShare, assign_function, share_of
 from rallypoint.agent.notices import NoticeLog
-from rallypoint.agent.peers import running_status, vanished_peer
+from rallypoint.agent.peers import round_stands, running_status, vanished_peer
 from rallypoint.agent.ranks import WorkerRanks
 from rallypoint.agent.report import FailureReport, WorkerFailure
 from rallypoint.agent.restart_budget import RESTARTS_KEY, RestartBudget
@@ -61,6 +59,7 @@ from rallypoint.agent.status_file import StatusFile, keeps_state_here
 from rallypoint.agent.waiting import waiting_line
 from rallypoint.agent.warm import WarmLauncher
 from rallypoint.agent.watchdog_kills import WatchdogKills
+from rallypoint.agent.worker_failure import failure_record, failures_of_attempt
 from rallypoint.agent.worker_specs import attempt_workers
 from rallypoint.agent.workers import WorkerExit, WorkerGroup
 from rallypoint.core.errors import RallypointError
@@ -426,7 +425,7 @@ class ElasticAgent:
             assignment.store.master_port,
             serve=any(w.rank == 0 for w in assignment.workers),
             log=attempt_dir / "store.log",
-            round_on=self._round_stands(),
+            round_on=round_stands(self.handler),
         )
         workers = attempt_workers(
             self.settings,
@@ -471,10 +470,7 @@ class ElasticAgent:
             logs.close()
             failures = []
             if outcome is Outcome.FAILED:
-                for ex in sorted(exits.values(), key=lambda e: e.exited_at):
-                    if ex.ok or (ex is not bad and ex.exited_at >= stop_time):
-                        continue  # stopped by us, not a failure of its own
-                    failures.append(failure_of(ex))
+                failures = failures_of_attempt(exits, bad, stop_time, failure_of)
                 if self.pm is not None:
                     for f in failures:
                         self.pm.hook.rallypoint_agent_worker_failed(failure=f)
@@ -494,23 +490,6 @@ class ElasticAgent:
             self._hangs.close()
             if self._kills is not None:
                 self._kills.follow(None)
-
-    def _round_stands(self, every: float = 1.0) -> Callable[[], bool]:
-        """A check whether the current round stands (this node in it, no node waiting, not closed).
-
-        The check reads the round's status at most once every ``every`` seconds.
-        """
-        last = [time.monotonic(), True]
-
-        def stands() -> bool:
-            if self.handler.failure is not None:
-                return False
-            if time.monotonic() - float(last[0]) >= every:
-                status = running_status(self.handler)
-                last[:] = [time.monotonic(), status is None or not (status.closed or status.waiting > 0)]
-            return bool(last[1])
-
-        return stands
 
     def _monitor(self, group: WorkerGroup) -> tuple[Outcome, WorkerExit | None]:
         interval = self.settings.monitor_interval
@@ -541,35 +520,13 @@ class ElasticAgent:
                 return Outcome.MEMBERSHIP, None
 
     def _failure(
-        self,
-        ex: WorkerExit,
-        ranks: WorkerRanks,
-        logs: WorkerLogs,
-        attempt_dir: Path,
-        attempt: int,
-        node_id: str,
+        self, ex: WorkerExit, ranks: WorkerRanks, logs: WorkerLogs, attempt_dir: Path, attempt: int, node_id: str
     ) -> WorkerFailure:
-        err = read_error_file(attempt_dir / f"rank_{ex.rank}.error.json")
-        log_file = logs.log_path(ex.rank)
-        reason, failed_at = ex.describe(), ex.exited_at
-        killed = (self._kills.explain(ex) if self._kills is not None else None) or self._hangs.explain(ex)
-        if killed is not None:  # its watchdog timer expired: it failed then, and the reason says so
-            reason, failed_at = killed
-        return WorkerFailure(
-            rank=ex.rank,
-            local_rank=ranks.local_rank,
-            host=self.host,
-            node_id=node_id,
-            attempt=attempt,
-            pid=ex.pid,
-            exit_code=ex.exit_code,
-            signal=ex.signal_name,
-            time=failed_at,
-            reason=reason,
-            exception=err.message if err is not None and err.problem is None else None,
-            traceback=err.traceback if err is not None else None,
-            stderr_tail=tuple(logs.stderr_tail(ex.rank)),
-            log_file=str(log_file) if log_file else None,
+        def explain(ex: WorkerExit) -> tuple[str, float] | None:
+            return (self._kills.explain(ex) if self._kills is not None else None) or self._hangs.explain(ex)
+
+        return failure_record(
+            ex, ranks, logs, attempt_dir, attempt=attempt, node_id=node_id, host=self.host, explain=explain
         )
 
     def _fail(self, restarts: int, *, closed_by: str | None = None) -> AgentResult:

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from rallypoint.rendezvous.handler import RendezvousHandler, RendezvousResult, RoundStatus
 
-__all__ = ["running_status", "vanished_peer"]
+__all__ = ["round_stands", "running_status", "vanished_peer"]
 
 
 def running_status(handler: RendezvousHandler) -> RoundStatus | None:
@@ -97,3 +97,22 @@ def _heartbeats(handler: RendezvousHandler, peers: tuple[str, ...]) -> dict[str,
         return handler.io.read_heartbeats(peers)
     except RendezvousBackendError:
         return None
+
+
+def round_stands(handler: RendezvousHandler, every: float = 1.0) -> Callable[[], bool]:
+    """A check whether the current round stands (this node in it, no node waiting, not closed).
+
+    The check reads the round's status at most once every ``every`` seconds; while the backend
+    does not answer, the round counts as standing (see :func:`running_status`).
+    """
+    last = [time.monotonic(), True]
+
+    def stands() -> bool:
+        if handler.failure is not None:
+            return False
+        if time.monotonic() - float(last[0]) >= every:
+            status = running_status(handler)
+            last[:] = [time.monotonic(), status is None or not (status.closed or status.waiting > 0)]
+        return bool(last[1])
+
+    return stands
