@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import socket
 import sys
 import time
@@ -82,13 +83,18 @@ def save_checkpoint(ckpt_dir: Path, step: int, model: nn.Module, optim: torch.op
     os.replace(tmp, ckpt_dir / f"step_{step}.pt")
 
 
-def stop_together(noticed: bool, distributed: bool) -> bool:
-    """Whether any worker got a preemption notice: all stop after the same step (no one waits in a collective)."""
+def stop_together(notice: str | None, distributed: bool) -> str | None:
+    """The preemption notice any worker got (a signal name), so that all stop after the same step.
+
+    ``notice``: this worker's own (``None``: none yet). The ranks share the signal's number, so
+    rank 0 can name it even when the notice reached another host first.
+    """
     if not distributed:
-        return noticed
-    flag = torch.tensor([1 if noticed else 0])
+        return notice
+    flag = torch.tensor([signal.Signals[notice].value if notice else 0])
     dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-    return bool(flag.item())
+    number = int(flag.item())
+    return signal.Signals(number).name if number else None
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -163,10 +169,13 @@ def main(argv: list[str] | None = None) -> None:
             if (step + 1) % args.ckpt_every == 0:
                 save_checkpoint(ckpt_dir, step + 1, model, optim)
             append_line(args.out / "progress.jsonl", {**info, "step": step + 1, "t": time.time()})
-        if preempted is not None and stop_together(preempted(), distributed):
+        notice = None
+        if preempted is not None:
+            notice = stop_together(preemption_signal() if preempted() else None, distributed)
+        if notice is not None:
             if rank == 0:
                 save_checkpoint(ckpt_dir, step + 1, model, optim)
-                append_line(args.out / "preempted.jsonl", {**info, "step": step + 1, "signal": preemption_signal()})
+                append_line(args.out / "preempted.jsonl", {**info, "step": step + 1, "signal": notice})
             sys.stdout.flush()
             os._exit(0)
         time.sleep(max(0.0, args.step_time - (time.monotonic() - began)))
