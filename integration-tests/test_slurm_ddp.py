@@ -26,6 +26,17 @@ def test_sbatch_three_node_ddp_with_no_flags(slurm: Any, tmp_path: Path) -> None
     assert job.progress()[-1]["step"] == 30
 
 
+def _scancel_and_wait_gone(cluster: Any, job_id: int, running: dict[str, list[str]]) -> None:
+    """``scancel`` the job; every process of it (``running``) is gone from the hosts within 5 s."""
+    cancelled = time.monotonic()
+    cluster.client(["scancel", str(job_id)])
+    left = running
+    while time.monotonic() - cancelled < 5 and left:
+        time.sleep(0.1)
+        left = _job_processes(cluster)
+    assert not left, f"still running {time.monotonic() - cancelled:.1f} s after scancel: {left}"
+
+
 def _job_processes(cluster: Any) -> dict[str, list[str]]:
     """Every process on the compute hosts besides slurmd (and the shells that started it)."""
     found: dict[str, list[str]] = {}
@@ -49,13 +60,7 @@ def test_scancel_mid_run_leaves_nothing_within_5_s(slurm: Any, tmp_path: Path) -
     running = _job_processes(cluster)
     assert set(running) == {"node1", "node2", "node3"}, running
     assert all(len(procs) >= 3 for procs in running.values()), running  # srun's step, agent, worker at least
-    cancelled = time.monotonic()
-    cluster.client(["scancel", str(job.job_id)])
-    left = running
-    while time.monotonic() - cancelled < 5 and left:
-        time.sleep(0.1)
-        left = _job_processes(cluster)
-    assert not left, f"still running {time.monotonic() - cancelled:.1f} s after scancel: {left}"
+    _scancel_and_wait_gone(cluster, job.job_id, running)
     # no periodic checkpoint in 1000 steps: the only one is the one written on the notice, and it is whole
     notices = [json.loads(line) for line in (job.out / "preempted.jsonl").read_text().splitlines()]
     assert [n["signal"] for n in notices] == ["SIGTERM"], notices
@@ -88,13 +93,7 @@ def test_with_torch_preloaded_the_store_is_served_before_the_workers_and_scancel
     # forks of the warm process keep its command line: one warm process and one worker per node, and the store
     forks = [p for procs in running.values() for p in procs if "/warm/_server.py" in p]
     assert len(forks) == 3 + 3 + 1, running
-    cancelled = time.monotonic()
-    cluster.client(["scancel", str(job.job_id)])
-    left = running
-    while time.monotonic() - cancelled < 5 and left:
-        time.sleep(0.1)
-        left = _job_processes(cluster)
-    assert not left, f"still running {time.monotonic() - cancelled:.1f} s after scancel: {left}"
+    _scancel_and_wait_gone(cluster, job.job_id, running)
 
 
 def test_a_requeued_job_resumes_from_the_notice_checkpoint_under_the_same_run_id(slurm: Any, tmp_path: Path) -> None:
