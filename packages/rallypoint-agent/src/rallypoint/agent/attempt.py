@@ -40,7 +40,7 @@ from rallypoint.agent.status_file import StatusFile
 from rallypoint.agent.warm import WarmLauncher
 from rallypoint.agent.watchdog_kills import WatchdogKills
 from rallypoint.agent.worker_failure import failure_record, failures_of_attempt
-from rallypoint.agent.worker_specs import attempt_workers
+from rallypoint.agent.worker_specs import AttemptWorkers, attempt_workers
 from rallypoint.agent.workers import WorkerExit, WorkerGroup
 
 if TYPE_CHECKING:
@@ -154,33 +154,8 @@ class Attempts:
             RendezvousHeartbeatError: this node lost the rendezvous (the fence stopped its workers).
         """
         node_id = result.node.node_id
-        # published with this node's next join, so that strategies can keep its ranks stable
-        self.handler.update_node(previous_rank=min(w.rank for w in assignment.for_node(node_id)))
-        attempt_dir = private_dir(log_dir / f"attempt_{attempt}")
-        # the previous attempt's store served its workers until they all ended, the exit barrier too
-        self.store.stop()
-        agent_store = self.store.prepare(
-            assignment.store.master_addr,
-            assignment.store.master_port,
-            serve=any(w.rank == 0 for w in assignment.workers),
-            log=attempt_dir / "store.log",
-            round_on=round_stands(self.handler),
-        )
-        workers = attempt_workers(
-            self.settings,
-            result,
-            assignment,
-            attempt=attempt,
-            attempt_dir=attempt_dir,
-            host=self.host,
-            pm=self.pm,
-            watchdog_env=self.kills.worker_env if self.kills is not None else None,
-            agent_store=agent_store,
-        )
+        workers, logs, attempt_dir, agent_store = self._prepare(result, assignment, attempt, log_dir)
         contexts = workers.ranks
-        prefixes = {r: prefix_of(self.settings.line_prefix, self.host, w) for r, w in contexts.items()}
-        logs = WorkerLogs(log_dir, attempt, host=self.host, tee=self.settings.tee, prefixes=prefixes)
-        self._announce(result, assignment, sorted(contexts), workers.store, attempt, log_dir)
         group = WorkerGroup(logs=logs, warm=self.warm)
         self.group = group
         self.debug.follow(group, {rank: w.local_rank for rank, w in contexts.items()}, attempt_dir / "debug")
@@ -230,6 +205,44 @@ class Attempts:
             self.hangs.close()
             if self.kills is not None:
                 self.kills.follow(None)
+
+    def _prepare(
+        self, result: RendezvousResult, assignment: NodeShare, attempt: int, log_dir: Path
+    ) -> tuple[AttemptWorkers, WorkerLogs, Path, bool]:
+        """Everything the attempt's workers need before they start, and the console told what they run.
+
+        Returns:
+            The workers' specs and ranks, their logs, the attempt's directory, and whether the
+            agent serves their store.
+        """
+        node_id = result.node.node_id
+        # published with this node's next join, so that strategies can keep its ranks stable
+        self.handler.update_node(previous_rank=min(w.rank for w in assignment.for_node(node_id)))
+        attempt_dir = private_dir(log_dir / f"attempt_{attempt}")
+        # the previous attempt's store served its workers until they all ended, the exit barrier too
+        self.store.stop()
+        agent_store = self.store.prepare(
+            assignment.store.master_addr,
+            assignment.store.master_port,
+            serve=any(w.rank == 0 for w in assignment.workers),
+            log=attempt_dir / "store.log",
+            round_on=round_stands(self.handler),
+        )
+        workers = attempt_workers(
+            self.settings,
+            result,
+            assignment,
+            attempt=attempt,
+            attempt_dir=attempt_dir,
+            host=self.host,
+            pm=self.pm,
+            watchdog_env=self.kills.worker_env if self.kills is not None else None,
+            agent_store=agent_store,
+        )
+        prefixes = {r: prefix_of(self.settings.line_prefix, self.host, w) for r, w in workers.ranks.items()}
+        logs = WorkerLogs(log_dir, attempt, host=self.host, tee=self.settings.tee, prefixes=prefixes)
+        self._announce(result, assignment, sorted(workers.ranks), workers.store, attempt, log_dir)
+        return workers, logs, attempt_dir, agent_store
 
     def failure(
         self, ex: WorkerExit, ranks: WorkerRanks, logs: WorkerLogs, attempt_dir: Path, attempt: int, node_id: str
