@@ -142,7 +142,7 @@ def paused_compare(
 
 def amortized_event_cost(path: Path, events: int) -> float:
     """Seconds per event including the flusher's work (encode + write), flushing every 1000 events."""
-    from rallypoint.timer.timeline import Recorder
+    from rallypoint.timer.recorder import Recorder
 
     recorder = Recorder(path, rank=0, autoflush=False)
     start, end, flush = recorder.start, recorder.end, recorder.flush
@@ -186,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     from torch.distributed.elastic.timer.file_based_local_timer import FileTimerClient as TorchFileTimerClient
 
     from rallypoint.timer.backends import FileTimerClient
-    from rallypoint.timer.timeline import Recorder
+    from rallypoint.timer.recorder import Recorder
 
     results: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="rp-bench-timer-") as tmp:

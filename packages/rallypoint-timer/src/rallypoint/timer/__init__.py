@@ -27,12 +27,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from rallypoint.timer.client import TimelineClient
+from rallypoint.timer.recorder import Event, Recorder
 from rallypoint.timer.records import TimerBackendRecord
 from rallypoint.timer.timeline import (
-    Event,
-    Recorder,
-    TimelineConfig,
-    TimelineError,
     configure_timeline,
     end_event,
     event,
@@ -41,6 +38,7 @@ from rallypoint.timer.timeline import (
     on_event_start,
     start_event,
 )
+from rallypoint.timer.timeline_config import TimelineConfig, TimelineError
 from rallypoint.timer.watchdog import configure, expires, get_client
 from rallypoint.timer.watchdog_core import (
     Expiry,

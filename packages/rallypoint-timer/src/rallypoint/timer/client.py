@@ -24,14 +24,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from rallypoint.timer.timeline import (
-    ENV_CONFIG,
-    ENV_FILE,
-    Callback,
-    Recorder,
-    TimelineConfig,
-    configure_timeline,
-)
+from rallypoint.timer.recorder import Callback, Recorder
+from rallypoint.timer.timeline import ENV_CONFIG, ENV_FILE, configure_timeline
+from rallypoint.timer.timeline_config import TimelineConfig
 
 if TYPE_CHECKING:
     from rallypoint.timer.clock import ClockEstimate
@@ -61,13 +56,13 @@ class TimelineClient:
 
     Args:
         config_path: a JSON timeline config (which events, flush interval, CUDA spans; see
-            :class:`~rallypoint.timer.timeline.TimelineConfig`). Default: the file the agent
+            :class:`~rallypoint.timer.timeline_config.TimelineConfig`). Default: the file the agent
             names in ``RALLYPOINT_TIMELINE_CONFIG`` (``[timer] timeline_config``), else record
             everything.
         log_path: the JSON-lines log to append to (see :func:`rank_log_path` for several
             ranks). Default: ``RALLYPOINT_TIMELINE_FILE`` (set by the agent when
             ``[timer] timeline`` is on), else the config's ``output``, else in memory.
-        on_event_start: called with each :class:`~rallypoint.timer.timeline.Event` as it starts.
+        on_event_start: called with each :class:`~rallypoint.timer.recorder.Event` as it starts.
         on_event_end: called with each event as it ends (``end_ns`` set).
 
     Raises:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from rallypoint.timer.timeline import Recorder
+    from rallypoint.timer.recorder import Recorder
 
 __all__ = ["ClockEstimate", "ClockStore", "estimate_offset", "sync_clocks"]
 

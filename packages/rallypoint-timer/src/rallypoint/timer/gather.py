@@ -24,7 +24,7 @@ from rallypoint.timer.clock import _default_store, _next_generation, sync_clocks
 from rallypoint.timer.merge import Timeline, load_records, merge_logs
 
 if TYPE_CHECKING:
-    from rallypoint.timer.timeline import Recorder
+    from rallypoint.timer.recorder import Recorder
 
 __all__ = ["PREFIX", "gather_timeline", "get_timeline", "process_group_ready"]
 
@@ -127,7 +127,7 @@ def _all_arrive(store: Any, base: str, rank: int, world_size: int, timeout: floa
         if not pending:
             return
         if time.monotonic() >= end:
-            from rallypoint.timer.timeline import TimelineError
+            from rallypoint.timer.timeline_config import TimelineError
 
             missing = ", ".join(map(str, pending))
             raise TimelineError(
