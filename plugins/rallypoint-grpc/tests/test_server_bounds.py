@@ -14,7 +14,7 @@ import pytest
 
 from rallypoint_grpc._proto import rendezvous_pb2 as pb
 from rallypoint_grpc._proto import rendezvous_pb2_grpc as pb_grpc
-from rallypoint_grpc.store import Limits, Store, StoreError
+from rallypoint_grpc.rendezvous.store import Limits, Store, StoreError
 
 from .conftest import ServerProcess
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from rallypoint_grpc.options import GrpcOptions
-from rallypoint_grpc.store import LOG_NAME, Limits, Store, StoreError
+from rallypoint_grpc.rendezvous.options import GrpcOptions
+from rallypoint_grpc.rendezvous.store import LOG_NAME, Limits, Store, StoreError
 
 
 class FakeClock:

@@ -1,7 +1,7 @@
 """The server's key-value state: spaces of JSON values, versions, leases, waiters, persistence.
 
 No gRPC here, and no locks: every method runs on the server's event loop thread (the service in
-:mod:`rallypoint_grpc.server` calls them from its coroutines), so each call is atomic. Waiters
+:mod:`rallypoint_grpc.rendezvous.server` calls them from its coroutines), so each call is atomic. Waiters
 are :class:`asyncio.Event` objects indexed by key (and a short list of prefix waiters), so a write
 wakes exactly the watches it concerns and nothing polls.
 

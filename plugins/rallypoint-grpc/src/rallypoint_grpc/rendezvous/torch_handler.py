@@ -2,7 +2,7 @@
 
 Registered in the ``torchrun.handlers`` entry-point group; torch calls :func:`torchrun_creator`
 with no arguments. ``--rdzv-endpoint`` sets ``endpoint``, ``--rdzv-conf key=value`` any other field of
-:class:`~rallypoint_grpc.options.GrpcOptions` (see :mod:`rallypoint.rendezvous.torchrun_handlers`). As with
+:class:`~rallypoint_grpc.rendezvous.options.GrpcOptions` (see :mod:`rallypoint.rendezvous.torchrun_handlers`). As with
 torch's own c10d backend, the agent on the host that owns the endpoint's address serves
 (``--rdzv-conf serve=never`` turns that off, for a standalone ``rallypoint rdzv serve``).
 Nothing is imported until torchrun opens the rendezvous.
