@@ -10,8 +10,9 @@ import pytest
 
 from rallypoint.rendezvous.backend import SupportsCheckIn, check_in
 from rallypoint_grpc.rendezvous.backend import GrpcBackend
+from rallypoint_grpc.rendezvous.limits import Limits, StoreError
 from rallypoint_grpc.rendezvous.server import RendezvousService
-from rallypoint_grpc.rendezvous.store import Limits, Store, StoreError
+from rallypoint_grpc.rendezvous.store import Store
 
 from .recording import RecordingBackend
 

@@ -8,7 +8,9 @@
 * :mod:`~rallypoint_grpc.rendezvous.hosting`: the agent that owns the endpoint's address serves it.
 * :mod:`~rallypoint_grpc.rendezvous.server`: the ``grpc.aio`` service, with
   :mod:`~rallypoint_grpc.rendezvous.session_server` (one client's stream) over
-  :mod:`~rallypoint_grpc.rendezvous.store` (the key-value state, leases and waiters).
+  :mod:`~rallypoint_grpc.rendezvous.store` (the key-value state, leases and waiters), with its
+  bounds and request checks in :mod:`~rallypoint_grpc.rendezvous.limits` and its persistence in
+  :mod:`~rallypoint_grpc.rendezvous.store_log`.
 * :mod:`~rallypoint_grpc.rendezvous.cli`: ``rallypoint rdzv serve``, a standalone server.
 * :mod:`~rallypoint_grpc.rendezvous.torch_handler`: ``torchrun --rdzv-backend rallypoint-grpc``.
 

@@ -25,8 +25,9 @@ import grpc.aio
 
 from rallypoint_grpc._proto import rendezvous_pb2 as pb
 from rallypoint_grpc._proto import rendezvous_pb2_grpc as pb_grpc
+from rallypoint_grpc.rendezvous.limits import Limits, StoreError
 from rallypoint_grpc.rendezvous.session_server import CODES, ServerSession
-from rallypoint_grpc.rendezvous.store import Limits, Store, StoreError
+from rallypoint_grpc.rendezvous.store import Store
 from rallypoint_grpc.transport import (
     DEFAULT_MAX_MESSAGE_BYTES,
     TlsFiles,
@@ -56,7 +57,7 @@ class RendezvousService(pb_grpc.RendezvousServicer):
     """The ``rallypoint.rendezvous.v1.Rendezvous`` service over a :class:`Store`.
 
     Each operation is a plain method from its request to its reply (raising
-    :class:`~rallypoint_grpc.rendezvous.store.StoreError`), served two ways: as its own unary call, and as a
+    :class:`~rallypoint_grpc.rendezvous.limits.StoreError`), served two ways: as its own unary call, and as a
     message of a session stream (:meth:`Session`, :mod:`rallypoint_grpc.rendezvous.session_server`).
     """
 
@@ -234,7 +235,7 @@ class ServerConfig:
         token: the shared token every call must carry (``None``: no token).
         tls: server certificate and key, and the client CA for mutual TLS (``None``: plain TCP).
         data_dir: persist the state here (``None``: memory only).
-        limits: see :class:`~rallypoint_grpc.rendezvous.store.Limits`.
+        limits: see :class:`~rallypoint_grpc.rendezvous.limits.Limits`.
         max_message_bytes: largest request or reply.
     """
 

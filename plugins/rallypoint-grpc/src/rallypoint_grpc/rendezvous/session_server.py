@@ -19,13 +19,13 @@ import grpc
 import grpc.aio
 
 from rallypoint_grpc._proto import rendezvous_pb2 as pb
-from rallypoint_grpc.rendezvous.store import StoreError
+from rallypoint_grpc.rendezvous.limits import StoreError
 
 __all__ = ["CODES", "ServerSession", "SessionService"]
 
 log = logging.getLogger(__name__)
 
-#: The gRPC status of each :class:`~rallypoint_grpc.rendezvous.store.StoreError` code, for a unary call's
+#: The gRPC status of each :class:`~rallypoint_grpc.rendezvous.limits.StoreError` code, for a unary call's
 #: abort and a session's ``Failure`` alike (the client maps both the same way).
 CODES = {
     "invalid": grpc.StatusCode.INVALID_ARGUMENT,
