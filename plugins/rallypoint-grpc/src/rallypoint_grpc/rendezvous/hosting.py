@@ -95,8 +95,8 @@ def _linger(server: Any, limit: float) -> None:
 def host_server(opts: GrpcOptions, token: str | None) -> Any | None:
     """Start the server in this process when the endpoint is ours (see the module text).
 
-    Returns the running :class:`~rallypoint_grpc.rendezvous.server.RendezvousServer`, or ``None`` when
-    another process serves (or will: the address is not on this host, or the port is taken).
+    Returns the running :class:`~rallypoint_grpc.rendezvous.server.RendezvousServer`, or ``None``
+    when another process serves (or will: the address is not on this host, or the port is taken).
     """
     from rallypoint_grpc.rendezvous.server import RendezvousServer, ServerConfig
 

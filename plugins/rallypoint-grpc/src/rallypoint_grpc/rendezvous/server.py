@@ -1,9 +1,9 @@
 """The rendezvous gRPC server: ``grpc.aio`` (asyncio) on one event loop thread.
 
-The service keeps its state in a :class:`~rallypoint_grpc.rendezvous.store.Store` touched only from the
-event loop, so each call is atomic without locks. A watch is one coroutine awaiting an
-:class:`asyncio.Event` on its stream: thousands of waiting nodes cost thousands of small
-coroutines, not threads, and no one polls.
+The service keeps its state in a :class:`~rallypoint_grpc.rendezvous.store.Store` touched only from
+the event loop, so each call is atomic without locks. A watch is one coroutine awaiting an
+:class:`asyncio.Event` on its stream: thousands of waiting nodes cost thousands of small coroutines,
+not threads, and no one polls.
 
 :class:`RendezvousServer` runs the server on a background thread of the calling process (the
 agent-hosted mode and the tests); ``rallypoint rdzv serve`` runs it in the foreground.
@@ -57,8 +57,9 @@ class RendezvousService(pb_grpc.RendezvousServicer):
     """The ``rallypoint.rendezvous.v1.Rendezvous`` service over a :class:`Store`.
 
     Each operation is a plain method from its request to its reply (raising
-    :class:`~rallypoint_grpc.rendezvous.limits.StoreError`), served two ways: as its own unary call, and as a
-    message of a session stream (:meth:`Session`, :mod:`rallypoint_grpc.rendezvous.session_server`).
+    :class:`~rallypoint_grpc.rendezvous.limits.StoreError`), served two ways: as its own unary call,
+    and as a message of a session stream (:meth:`Session`,
+    :mod:`rallypoint_grpc.rendezvous.session_server`).
     """
 
     def __init__(self, store: Store) -> None:

@@ -1,11 +1,11 @@
 """The server's side of a session: one client's long-lived stream, its operations and its watches.
 
-A client (:mod:`rallypoint_grpc.rendezvous.session`) sends every operation of its backend as a tagged
-``SessionRequest`` on one bidirectional stream. :class:`ServerSession` reads them in order on the
-server's event loop and answers each with a ``SessionReply`` carrying the same id: an operation
-of the store at once (the store is touched only from the loop, so each stays atomic), a watch
-when it fires or times out, from its own small task. No call is set up per operation: no
-metadata, no interceptor, no status; the token is checked once, when the stream opens.
+A client (:mod:`rallypoint_grpc.rendezvous.session`) sends every operation of its backend as a
+tagged ``SessionRequest`` on one bidirectional stream. :class:`ServerSession` reads them in order on
+the server's event loop and answers each with a ``SessionReply`` carrying the same id: an operation
+of the store at once (the store is touched only from the loop, so each stays atomic), a watch when
+it fires or times out, from its own small task. No call is set up per operation: no metadata, no
+interceptor, no status; the token is checked once, when the stream opens.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ __all__ = ["CODES", "ServerSession", "SessionService"]
 
 log = logging.getLogger(__name__)
 
-#: The gRPC status of each :class:`~rallypoint_grpc.rendezvous.limits.StoreError` code, for a unary call's
-#: abort and a session's ``Failure`` alike (the client maps both the same way).
+#: The gRPC status of each :class:`~rallypoint_grpc.rendezvous.limits.StoreError` code, for a unary
+#: call's abort and a session's ``Failure`` alike (the client maps both the same way).
 CODES = {
     "invalid": grpc.StatusCode.INVALID_ARGUMENT,
     "precondition": grpc.StatusCode.FAILED_PRECONDITION,

@@ -2,10 +2,10 @@
 
 No gRPC here, and no locks: every method runs on the server's event loop thread (the service in
 :mod:`rallypoint_grpc.rendezvous.server` calls them from its coroutines), so each call is atomic.
-Waiters are :class:`asyncio.Event` objects indexed by key (and a short list of prefix waiters), so
-a write wakes exactly the watches it concerns and nothing polls. Leases (TTLs) run on the
-server's clock. What a request may hold is checked first (:mod:`~rallypoint_grpc.rendezvous.limits`);
-with a ``data_dir`` every change also goes to the log (:mod:`~rallypoint_grpc.rendezvous.store_log`),
+Waiters are :class:`asyncio.Event` objects indexed by key (and a short list of prefix waiters), so a
+write wakes exactly the watches it concerns and nothing polls. Leases (TTLs) run on the server's
+clock. What a request may hold is checked first (:mod:`~rallypoint_grpc.rendezvous.limits`); with a
+``data_dir`` every change also goes to the log (:mod:`~rallypoint_grpc.rendezvous.store_log`),
 replayed when the store starts.
 """
 
