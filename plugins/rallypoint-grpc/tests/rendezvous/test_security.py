@@ -14,7 +14,7 @@ from rallypoint_grpc.rendezvous.backend import GrpcBackend, create_grpc_backend
 from rallypoint_grpc.rendezvous.options import GrpcOptions
 from rallypoint_grpc.transport import TlsFiles
 
-from .certs import Certs, make_certs
+from ..certs import Certs, make_certs
 from .conftest import ServerProcess
 
 TOKEN = "s3cret-token-value"
