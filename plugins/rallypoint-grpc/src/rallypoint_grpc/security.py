@@ -2,13 +2,13 @@
 
 ``[rendezvous.options]`` of the ``grpc`` backend and ``[rpc.options]`` of the ``grpc`` transport
 take the same seven keys for the token and TLS, checked the same way; only what TLS needs beside
-``tls_ca`` differs (every RPC worker also serves), and each wing says that in
-:meth:`SecurityOptions._check_tls`. No grpc import here.
+``tls_ca`` differs (every RPC worker also serves), and each wing's model says that in its
+``_check_tls``. No grpc import here.
 """
 
 from __future__ import annotations
 
-from typing import Protocol, Self
+from typing import Self
 
 from pydantic import BaseModel, ConfigDict, model_validator
 
@@ -26,15 +26,7 @@ _FILES = (
 )
 
 
-class _FileOptions(Protocol):
-    tls_ca: str | None
-    tls_cert: str | None
-    tls_key: str | None
-    token_file: str | None
-    token_env: str | None
-
-
-def check_files(options: _FileOptions) -> None:
+def check_files(options: SecurityOptions) -> None:
     """Refuse options naming a file that cannot be read, or an unset token variable (located at its key).
 
     Checked with the job (``config check``, ``run`` before anything starts), not when a node
@@ -67,7 +59,7 @@ def check_files(options: _FileOptions) -> None:
 class SecurityOptions(BaseModel):
     """The token and TLS keys shared by ``[rendezvous.options]`` and ``[rpc.options]`` of gRPC.
 
-    A wing's options model extends it with its own keys, and overrides :meth:`_check_tls` when
+    A wing's options model extends it with its own keys, and overrides ``_check_tls`` when
     its TLS needs more than a pair of certificate and key.
 
     Attributes:
