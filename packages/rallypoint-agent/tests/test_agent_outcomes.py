@@ -210,7 +210,7 @@ def test_a_watchdog_kill_publishes_the_failure_dated_at_the_deadline_before_the_
         published.append(failure)
 
     record = BackendRecord(name="file")  # never started: on_expiry is called directly
-    agent._kills = kills = WatchdogKills(record, None, debug, lambda line: None, publish)  # type: ignore[arg-type]
+    agent.attempts.kills = kills = WatchdogKills(record, None, debug, lambda line: None, publish)  # type: ignore[arg-type]
     logs = WorkerLogs(None)
 
     def ranks(rank: int) -> WorkerRanks:
@@ -218,7 +218,7 @@ def test_a_watchdog_kill_publishes_the_failure_dated_at_the_deadline_before_the_
                            role_world_size=2, local_world_size=2, group_rank=0, group_world_size=1)  # fmt: skip
 
     def failure_of(ex: WorkerExit) -> WorkerFailure:
-        return agent._failure(ex, ranks(ex.rank), logs, tmp_path, 0, "n0")
+        return agent.attempts.failure(ex, ranks(ex.rank), logs, tmp_path, 0, "n0")
 
     group = WorkerGroup()
     group.start([WorkerSpec(rank=1, argv=[sys.executable, "-c", "import time; time.sleep(60)"])])

@@ -31,7 +31,7 @@ def test_the_cli_and_the_plugin_hooks_do_not_import_grpc() -> None:
         import sys
         from rallypoint.core.plugins import get_plugin_manager
         from rallypoint.rendezvous.records import RENDEZVOUS_BACKENDS
-        import rallypoint.agent.cli, rallypoint_grpc.hooks
+        import rallypoint.agent.run_cli, rallypoint_grpc.hooks
         import rallypoint_grpc.rendezvous.options, rallypoint_grpc.rendezvous.torch_handler, rallypoint_grpc.rpc.options
         assert "grpc" in get_plugin_manager().registry(RENDEZVOUS_BACKENDS).names()
         assert "grpc" not in sys.modules and "torch" not in sys.modules, "grpc or torch imported"

@@ -33,35 +33,28 @@ import logging
 import socket
 import sys
 import time
-from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from rallypoint.agent import console
 from rallypoint.agent import rejoin as rejoining
 from rallypoint.agent.agent_store import AgentStore
+from rallypoint.agent.attempt import Attempts, Contact
 from rallypoint.agent.colour import agent_line
 from rallypoint.agent.debug_service import DebugService
 from rallypoint.agent.exit_barrier import exit_barrier
-from rallypoint.agent.fence import Fence
 from rallypoint.agent.hang_watch import HangWatch
-from rallypoint.agent.line_prefix import prefix_of
-from rallypoint.agent.log_dir import claim, private_dir, release
-from rallypoint.agent.logs import WorkerLogs, tee_selects
+from rallypoint.agent.log_dir import claim, release
 from rallypoint.agent.lost_hosts import fatal_losses
 from rallypoint.agent.node_share import NodeShare, assign_function, share_of
 from rallypoint.agent.notices import NoticeLog
-from rallypoint.agent.peers import round_stands, running_status, vanished_peer
-from rallypoint.agent.ranks import WorkerRanks
-from rallypoint.agent.report import FailureReport, WorkerFailure
+from rallypoint.agent.peers import running_status, vanished_peer
+from rallypoint.agent.report import FailureReport
 from rallypoint.agent.restart_budget import RESTARTS_KEY, RestartBudget
 from rallypoint.agent.settings import AgentResult, AgentSettings, AgentSignal, Outcome, install_signal_handlers
 from rallypoint.agent.status_file import StatusFile, keeps_state_here
 from rallypoint.agent.waiting import waiting_line
 from rallypoint.agent.warm import WarmLauncher
 from rallypoint.agent.watchdog_kills import WatchdogKills
-from rallypoint.agent.worker_failure import failure_record, failures_of_attempt
-from rallypoint.agent.worker_specs import attempt_workers
-from rallypoint.agent.workers import WorkerExit, WorkerGroup
 from rallypoint.core.errors import RallypointError
 
 if TYPE_CHECKING:
@@ -114,7 +107,6 @@ class ElasticAgent:
         self.host = settings.host or socket.gethostname()
         #: Where this run's logs go: ``settings.log_dir``, or a sibling when that holds an earlier run's.
         self.log_dir = settings.log_dir
-        self._group: WorkerGroup | None = None
         self._warm = (
             warm
             if warm is not None
@@ -129,10 +121,8 @@ class ElasticAgent:
         self.rounds = 0
         self.rejoins = 0  # times this node rejoined after losing the rendezvous
         self._lost: rejoining.Lost | None = None  # set while it rejoins
-        self._contact = time.monotonic()  # its last answer from the backend
+        self._contact = Contact()  # its last answer from the backend
         self._outcome: Outcome | None = None  # how the current round's workers ended (None: running)
-        self._reason = ""  # the round header's reason when the monitor saw the round over
-        self._gap = 0.0  # and how long the backend had not answered before that read
         self._not_shown_said = 0  # console lines not shown since run() began, as last reported
         self._not_shown_before = 0  # ... and the process's count when it began
         self._debug = DebugService(self.backend, handler.node_id, self.host)  # answers `rallypoint debug stacks`
@@ -144,6 +134,20 @@ class ElasticAgent:
         )
         self._hangs = HangWatch(  # [debug] hang_timeout, and workers' CollectiveTimeout: the hang report (#40)
             settings.hang_timeout, self._debug, self.backend, handler.node_id, self.host, self.say, self.budget.publish
+        )
+        #: Runs each attempt's workers (start, monitor, stop) and says how the attempt ended.
+        self.attempts = Attempts(
+            handler,
+            settings,
+            host=self.host,
+            say=self.say,
+            contact=self._contact,
+            warm=self._warm,
+            store=self._store,
+            debug=self._debug,
+            hangs=self._hangs,
+            kills=self._kills,
+            pm=pm,
         )
 
     # -- messages ----------------------------------------------------------------------------
@@ -217,8 +221,8 @@ class ElasticAgent:
             self.say(f"this node fails, its workers were stopped: {exc}")
             return AgentResult(1, rounds=self.rounds)
         finally:
-            if self._group is not None:
-                self._group.stop(grace=self.settings.stop_grace)
+            if self.attempts.group is not None:
+                self.attempts.group.stop(grace=self.settings.stop_grace)
             self._store.stop()
             self._warm.close()
             self._debug.stop()
@@ -272,16 +276,16 @@ class ElasticAgent:
         lost = self._lost
         with waiting_line(self.handler, self.console or sys.stderr):
             result = self.handler.next_rendezvous() if lost is None else rejoining.rejoin(self.handler, lost)
-        self._contact = time.monotonic()
+        self._contact.touch()
         if lost is not None and lost.first:
             self._lost = None
-            self.say(rejoining.reached_message(self._contact - lost.started))
+            self.say(rejoining.reached_message(self._contact.last - lost.started))
         elif lost is not None:
             self._lost = None
             self.rejoins += 1
             self.say(
                 f"rejoined the job in round {result.round} ({result.num_nodes} node(s)), "
-                f"{self._contact - lost.started:.1f}s after it started rejoining"
+                f"{self._contact.last - lost.started:.1f}s after it started rejoining"
             )
         return result
 
@@ -291,8 +295,8 @@ class ElasticAgent:
         restarts = self.budget.used()
         self._outcome = None
         assignment = self._assign_or_abort(result)
-        outcome, failures = self._run_attempt(result, assignment, restarts)
-        self._outcome = outcome
+        end = self.attempts.run(result, assignment, restarts, log_dir=self.log_dir, status=self._status)
+        self._outcome = outcome = end.outcome
         if outcome is Outcome.SUCCEEDED:
             outcome = exit_barrier(self.handler, result, self.settings.exit_barrier_timeout, self.say)
             if outcome is Outcome.SUCCEEDED:
@@ -304,9 +308,9 @@ class ElasticAgent:
                 return self._result(0, restarts=restarts)
         if outcome is Outcome.CLOSED:
             return self._after_close()
-        if outcome is Outcome.MEMBERSHIP and repr(self.handler.node_id) in self._reason:
+        if outcome is Outcome.MEMBERSHIP and repr(self.handler.node_id) in end.reason:
             # the backend answers again, but this node's peers took it for dead meanwhile
-            self.say(rejoining.dropped_message(result.round, self._reason, self._gap))
+            self.say(rejoining.dropped_message(result.round, end.reason, end.gap))
             return None
         why = vanished_peer(self.handler, result) if outcome is Outcome.FAILED else "membership changed"
         if why is None:
@@ -314,8 +318,8 @@ class ElasticAgent:
             if status is not None and status.superseded:  # the job went on without this node
                 self.say(rejoining.superseded_message(result.round, "failed"))
                 return None
-            self.budget.record(failures)
-            if self.budget.may_restart(result.round, failures):
+            self.budget.record(end.failures)
+            if self.budget.may_restart(result.round, end.failures):
                 return None
             reason = f"job failed after {restarts} of {self.settings.max_restarts} restart(s)"
             if not self._close(f"{reason} (closed by node {self.handler.node_id!r})", failed=True, round_=result.round):
@@ -339,13 +343,14 @@ class ElasticAgent:
         """
         workers = rejoining.workers_fate(self._outcome if round_ is not None else Outcome.MEMBERSHIP)
         server = rejoining.hosted_by(self.backend)
-        self._lost = rejoining.Lost(round_, self._contact, time.monotonic(), workers, server=server)
+        self._lost = rejoining.Lost(round_, self._contact.last, time.monotonic(), workers, server=server)
         self._outcome = None
         self.say(rejoining.lost_message(self._lost, exc, self._endpoint(), self.handler.timeouts.join))
 
     def _await_first_contact(self, exc: BaseException) -> None:
         """The rendezvous did not answer this node's first contact: wait for it until the join timeout."""
-        self._lost = rejoining.Lost(None, self._contact, self._contact, "no worker ran", first=True)
+        contact = self._contact.last
+        self._lost = rejoining.Lost(None, contact, contact, "no worker ran", first=True)
         self.say(rejoining.waiting_message(exc, self._endpoint(), self.handler.timeouts.join))
 
     def _endpoint(self) -> str:
@@ -386,148 +391,9 @@ class ElasticAgent:
             self.say(f"could not close the rendezvous ({type(exc).__name__}: {exc}); other nodes may not notice")
             return True
 
-    # -- one attempt ---------------------------------------------------------------------------
     def _assign(self, result: RendezvousResult) -> NodeShare:
         """The node's ranks: received with its seat, or computed (:mod:`~rallypoint.agent.node_share`)."""
         return share_of(self.settings, result)
-
-    def _announce_attempt(
-        self, result: RendezvousResult, assignment: NodeShare, ranks: list[int], store: str, restarts: int
-    ) -> None:
-        """Tell the console what this attempt runs, and warn once when ``tee`` selects no rank."""
-        self.say(
-            f"round {result.round}, attempt {restarts}: {result.num_nodes} node(s), {assignment.world_size} "
-            f"worker(s); group rank {result.group_rank} runs ranks {ranks}; store {store}"
-        )
-        tee = self.settings.tee
-        if (
-            restarts == 0
-            and isinstance(tee, tuple)
-            and not any(tee_selects(tee, r) for r in range(assignment.world_size))
-        ):
-            self.say(
-                f"tee {list(tee)} selects no rank of this job (ranks 0..{assignment.world_size - 1}): "
-                "no worker output reaches the console; the log files under "
-                f"{self.log_dir} have all of it"
-            )
-
-    def _run_attempt(
-        self, result: RendezvousResult, assignment: NodeShare, restarts: int
-    ) -> tuple[Outcome, list[WorkerFailure]]:
-        node_id = result.node.node_id
-        # published with this node's next join, so that strategies can keep its ranks stable
-        self.handler.update_node(previous_rank=min(w.rank for w in assignment.for_node(node_id)))
-        attempt_dir = private_dir(self.log_dir / f"attempt_{restarts}")
-        # the previous attempt's store served its workers until they all ended, the exit barrier too
-        self._store.stop()
-        agent_store = self._store.prepare(
-            assignment.store.master_addr,
-            assignment.store.master_port,
-            serve=any(w.rank == 0 for w in assignment.workers),
-            log=attempt_dir / "store.log",
-            round_on=round_stands(self.handler),
-        )
-        workers = attempt_workers(
-            self.settings,
-            result,
-            assignment,
-            attempt=restarts,
-            attempt_dir=attempt_dir,
-            host=self.host,
-            pm=self.pm,
-            watchdog_env=self._kills.worker_env if self._kills is not None else None,
-            agent_store=agent_store,
-        )
-        specs, contexts, store = workers.specs, workers.ranks, workers.store
-        prefixes = {r: prefix_of(self.settings.line_prefix, self.host, w) for r, w in contexts.items()}
-        logs = WorkerLogs(self.log_dir, restarts, host=self.host, tee=self.settings.tee, prefixes=prefixes)
-        self._announce_attempt(result, assignment, sorted(contexts), store, restarts)
-        group = WorkerGroup(logs=logs, warm=self._warm)
-        self._group = group
-        self._debug.follow(group, {rank: w.local_rank for rank, w in contexts.items()}, attempt_dir / "debug")
-        # Without an agent store, worker rank 0 serves the env:// store. torch's clients back off for
-        # about half a second when they find no server yet, so the store's worker starts a moment
-        # before the others.
-        head_start = self.settings.store_head_start if 0 in contexts and len(specs) > 1 and not agent_store else 0.0
-        try:  # a signal may come while the workers start: those started are stopped with it
-            group.start(specs, head_start=head_start)
-            if self._status is not None:
-                self._status.update()
-
-            def failure_of(ex: WorkerExit) -> WorkerFailure:
-                return self._failure(ex, contexts[ex.rank], logs, attempt_dir, restarts, node_id)
-
-            if self._kills is not None:
-                self._kills.follow(group, failure_of)
-            self._hangs.follow(group, result.round, attempt_dir, workers.progress, failure_of)
-            if self.pm is not None:
-                self.pm.hook.rallypoint_agent_workers_started(group=group)
-            poll = min(0.5, max(0.05, self.handler.timeouts.heartbeat_interval / 4))
-            with Fence(self.handler, group, grace=self.settings.stop_grace, say=self.say, poll=poll):
-                outcome, bad = self._monitor(group)
-            stop_time = time.time()
-            exits = group.stop(grace=self.settings.stop_grace)
-            logs.close()
-            failures = []
-            if outcome is Outcome.FAILED:
-                failures = failures_of_attempt(exits, bad, stop_time, failure_of)
-                if self.pm is not None:
-                    for f in failures:
-                        self.pm.hook.rallypoint_agent_worker_failed(failure=f)
-            return outcome, failures
-        except AgentSignal as sig:
-            self.say(f"received {sig}; stopping workers")
-            sig.announced = True
-            group.stop(grace=self.settings.stop_grace, sig=sig.signum)
-            logs.close()
-            raise
-        except BaseException:
-            group.stop(grace=self.settings.stop_grace)  # e.g. this node's heartbeat failed
-            logs.close()
-            raise
-        finally:
-            self._group = None
-            self._hangs.close()
-            if self._kills is not None:
-                self._kills.follow(None)
-
-    def _monitor(self, group: WorkerGroup) -> tuple[Outcome, WorkerExit | None]:
-        interval = self.settings.monitor_interval
-        total = len(group.pids)
-        while True:
-            ex = group.wait_any(timeout=interval)
-            failure = self.handler.failure  # this node lost the rendezvous: its workers were fenced
-            if failure is not None:
-                raise failure
-            self._hangs.check()  # a few system calls; acts on a hang (#40)
-            if ex is not None:
-                if not ex.ok:
-                    return Outcome.FAILED, ex
-                if len(group.exits) == total and all(e.ok for e in group.exits.values()):
-                    return Outcome.SUCCEEDED, None
-                continue
-            # one read per interval: closed as failed by another node, or nodes waiting / round over
-            # (a job closed as succeeded lets the workers here finish: the exit barrier waits for them)
-            status = running_status(self.handler)
-            if status is None:
-                continue  # the backend did not answer: the workers go on, the heartbeat decides
-            now = time.monotonic()
-            gap, self._contact = now - self._contact, now
-            if status.closed and status.failed:
-                return Outcome.CLOSED, None
-            if status.waiting > 0:
-                self._reason, self._gap = status.reason, gap
-                return Outcome.MEMBERSHIP, None
-
-    def _failure(
-        self, ex: WorkerExit, ranks: WorkerRanks, logs: WorkerLogs, attempt_dir: Path, attempt: int, node_id: str
-    ) -> WorkerFailure:
-        def explain(ex: WorkerExit) -> tuple[str, float] | None:
-            return (self._kills.explain(ex) if self._kills is not None else None) or self._hangs.explain(ex)
-
-        return failure_record(
-            ex, ranks, logs, attempt_dir, attempt=attempt, node_id=node_id, host=self.host, explain=explain
-        )
 
     def _fail(self, restarts: int, *, closed_by: str | None = None) -> AgentResult:
         """Print (and save) the job's root-cause report; exit 1.

@@ -6,13 +6,12 @@ import json
 import socket
 import time
 from dataclasses import replace
-from typing import Any
 
 import click
 
-__all__ = ["debug", "stacks"]
+from rallypoint.agent.job_from_cli import resolve_running_job, running_job_options
 
-_FLAG = "(command line)"
+__all__ = ["debug", "stacks"]
 
 
 @click.group()
@@ -21,11 +20,7 @@ def debug() -> None:
 
 
 @debug.command()
-@click.argument("job_file", required=False)
-@click.option("--rdzv-backend", "--rdzv_backend", "rdzv_backend", metavar="NAME", help="Rendezvous backend.")
-@click.option("--rdzv-endpoint", "--rdzv_endpoint", "rdzv_endpoint", metavar="VALUE", help="Backend endpoint.")
-@click.option("--run-id", "--rdzv-id", "--rdzv_id", "run_id", metavar="ID", help="The job's run id.")
-@click.option("--set", "-s", "set_values", multiple=True, metavar="KEY=VALUE", help="Override any job key.")
+@running_job_options
 @click.option("--json", "as_json", is_flag=True, help="Print every node's answer as JSON.")
 @click.option(
     "--timeout", type=float, default=4.0, show_default=True, metavar="SECONDS", help="How long to wait for the nodes."
@@ -46,25 +41,15 @@ def stacks(
     Identical stacks are folded into one with their ranks; the odd ones come first, with host
     and pid. Exit 0 when every node answered, 1 otherwise.
     """
-    from rallypoint.agent.cli import _resolve
     from rallypoint.agent.debug_report import flatten, render
     from rallypoint.agent.debug_service import alive_nodes, gather, request
-    from rallypoint.agent.torchrun_flags import endpoint_value
     from rallypoint.core.cli import plugin_manager
-    from rallypoint.core.commands import _parse_set
     from rallypoint.rendezvous.config import RendezvousSection
     from rallypoint.rendezvous.errors import RendezvousStateError
     from rallypoint.rendezvous.factory import backend_record, open_backend
 
-    overrides: list[tuple[str, Any, str]] = []
-    if rdzv_backend:
-        name = {"c10d": "grpc", "etcd-v2": "etcd"}.get(rdzv_backend, rdzv_backend)
-        overrides.append(("rendezvous.backend", name, f"--rdzv-backend {_FLAG}"))
-    if run_id:
-        overrides.append(("rendezvous.run_id", run_id, f"--run-id {_FLAG}"))
-    overrides += _parse_set(set_values)
     pm = plugin_manager()
-    resolved = _resolve(job_file, overrides, endpoint_value({"rdzv_backend": rdzv_backend}, rdzv_endpoint), pm)
+    resolved = resolve_running_job(job_file, rdzv_backend, rdzv_endpoint, run_id, set_values, pm)
     section = resolved.section(RendezvousSection)
     selection = resolved.selection("rendezvous.backend")
     assert selection is not None, "the rendezvous package declares rendezvous.backend"

@@ -88,12 +88,12 @@ def rallypoint_cli_commands() -> Iterable[CliCommand]:
         CliCommand(
             name="run",
             summary="Run a job: rendezvous, ranks, workers, restarts, reports.",
-            command="rallypoint.agent.cli:run",
+            command="rallypoint.agent.run_cli:run",
         ),
         CliCommand(
             name="status",
             summary="Show a running job's round, members, waiting nodes and restarts.",
-            command="rallypoint.agent.cli:status",
+            command="rallypoint.agent.status_cli:status",
         ),
         CliCommand(
             name="debug",

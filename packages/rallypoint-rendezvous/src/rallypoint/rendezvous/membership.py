@@ -1,10 +1,12 @@
-"""Who is alive and who waits: heartbeat records, liveness from observing them, the watch ring, the wait list.
+"""Who is alive: heartbeat records, liveness from observing them, the watch ring.
 
 Liveness never compares two hosts' clocks: a peer is dead when its heartbeat record has not
 changed for ``heartbeat_timeout`` of the observer's own monotonic time. A record that is not a
 heartbeat record at all (garbage written by something other than rallypoint, a file that is not
 JSON) is not a silent peer: :func:`heartbeat_problem` says what is wrong with it, and the state
 machine fails the round at once rather than wait for anyone.
+
+Who waits for a round (scale-up, hot spares) is :mod:`rallypoint.rendezvous.spares`.
 """
 
 from __future__ import annotations
@@ -13,14 +15,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from rallypoint.rendezvous.keyspace import Header
-
 __all__ = [
     "LivenessTracker",
     "Unreadable",
     "heartbeat_problem",
     "heartbeat_record",
-    "nodes_waiting",
     "ring_successors",
 ]
 
@@ -105,26 +104,3 @@ def ring_successors(ids: Sequence[str], me: str, k: int = 2) -> tuple[str, ...]:
     for step in range(1, min(k, len(ids) - 1) + 1):
         out.append(ids[(pos + step) % len(ids)])
     return tuple(out)
-
-
-def nodes_waiting(last_round: int, header: Header, count_next: int, max_nodes: int) -> int:
-    """How many nodes wait for a new round, as seen by a member of ``last_round``.
-
-    Args:
-        last_round: the round this node completed.
-        header: the current header.
-        count_next: the join counter of round ``header.round + 1`` when ``header.round ==
-            last_round``, else of ``header.round``.
-        max_nodes: the job's maximum.
-
-    Returns:
-        0 while the round runs and nobody waits (or the round is full, so waiting nodes are
-        spares); otherwise at least 1: the agent should stop its workers and re-rendezvous.
-    """
-    if header.closed:
-        return 0
-    if header.round > last_round:
-        return max(1, count_next)
-    if header.complete and header.num_members < max_nodes:
-        return max(0, count_next)
-    return 0

@@ -36,7 +36,8 @@ The protocol, per round ``r``:
 
 This module holds the machine; the records and keys it reads and writes are in
 :mod:`rallypoint.rendezvous.keyspace`, its inputs and actions in :mod:`rallypoint.rendezvous.actions`,
-liveness and the wait list in :mod:`rallypoint.rendezvous.membership`. Every one of those names is
+liveness in :mod:`rallypoint.rendezvous.membership`, what members make of nodes waiting (scale-up or hot
+spares) in :mod:`rallypoint.rendezvous.spares`. Every one of those names is
 also importable from here.
 """
 
@@ -81,9 +82,9 @@ from rallypoint.rendezvous.membership import (
     LivenessTracker,
     Unreadable,
     heartbeat_problem,
-    nodes_waiting,
     ring_successors,
 )
+from rallypoint.rendezvous.spares import nodes_waiting
 
 __all__ = [
     "CLOSED_KEY",
