@@ -72,16 +72,76 @@ def test_the_check_passes_a_one_way_graph_and_ignores_other_distributions(tmp_pa
     assert circles(edges(dist)) == []
 
 
-#: The gRPC plugin's code that both wings use: the channel per process, TLS and tokens
-#: (``transport``, ``tls_check``), endpoints and file checks (``options``).
-GRPC_SHARED = {"rallypoint_grpc", "rallypoint_grpc.transport", "rallypoint_grpc.tls_check", "rallypoint_grpc.options"}
+#: The gRPC plugin's top level: the package (its fork-safety setting), the hooks that register both
+#: wings, and the code both wings stand on (the channel per process, TLS and tokens: ``transport``;
+#: ``HOST:PORT``: ``endpoints``; the token and TLS options: ``security``). Any other module belongs
+#: in a wing; a new shared one goes here, and only if both wings use it.
+GRPC_TOP = {
+    "rallypoint_grpc",
+    "rallypoint_grpc.hooks",
+    "rallypoint_grpc.transport",
+    "rallypoint_grpc.endpoints",
+    "rallypoint_grpc.security",
+}
+#: The wings: the rendezvous backend (client, server, store) and the RPC transport.
+GRPC_WINGS = ("rallypoint_grpc.rendezvous", "rallypoint_grpc.rpc")
 
 
-def test_the_grpc_plugins_rpc_wing_and_its_rendezvous_modules_share_only_the_channel_code() -> None:
+def _wing(module: str) -> str | None:
+    return next((w for w in GRPC_WINGS if module == w or module.startswith(w + ".")), None)
+
+
+def _reached(graph: dict[str, set[str]], start: set[str]) -> set[str]:
+    seen, todo = set(), list(start)
+    while todo:
+        module = todo.pop()
+        if module not in seen:
+            seen.add(module)
+            todo.extend(graph.get(module, ()))
+    return seen
+
+
+def grpc_layout_problems(graph: dict[str, set[str]]) -> list[str]:
+    """What breaks the gRPC plugin's layout of two wings over shared code; empty when none."""
+    shared = GRPC_TOP - {"rallypoint_grpc.hooks"}
+    problems = [f"{m}: neither shared nor in a wing" for m in sorted(graph) if m not in GRPC_TOP and not _wing(m)]
+    for module in sorted(set(graph) - {"rallypoint_grpc.hooks"}):  # the hooks register both wings
+        wing = _wing(module)
+        allowed = shared | ({m for m in graph if _wing(m) == wing} if wing else set())
+        problems += [f"{module} imports {target}" for target in sorted(graph[module] - allowed)]
+    for wing in GRPC_WINGS:
+        used = _reached(graph, {m for m in graph if _wing(m) == wing})
+        problems += [f"{wing} never uses the shared {m}" for m in sorted(shared - used - {"rallypoint_grpc"})]
+    return problems
+
+
+def test_the_grpc_plugin_is_two_wings_over_shared_code_and_neither_wing_imports_the_other() -> None:
     (grpc,) = [d for d in distributions() if d.folder.name == "rallypoint-grpc"]
     graph = edges(grpc)
-    wing = {m for m in graph if m == "rallypoint_grpc.rpc" or m.startswith("rallypoint_grpc.rpc.")}
-    assert "rallypoint_grpc.rpc.transport" in wing
-    outside = {m for m in graph if m not in wing and m not in GRPC_SHARED and m != "rallypoint_grpc.hooks"}
-    assert {m: sorted(graph[m] & outside) for m in wing if graph[m] & outside} == {}
-    assert {m: sorted(graph[m] & wing) for m in outside | GRPC_SHARED if graph[m] & wing} == {}
+    assert {"rallypoint_grpc.rpc.transport", "rallypoint_grpc.rendezvous.backend"} <= set(graph)
+    assert grpc_layout_problems(graph) == []
+
+
+def test_the_grpc_layout_check_refuses_a_module_at_the_top_and_a_wing_importing_the_other() -> None:
+    good = {
+        "rallypoint_grpc": set(),
+        "rallypoint_grpc.hooks": {"rallypoint_grpc.rendezvous.options", "rallypoint_grpc.rpc.options"},
+        "rallypoint_grpc.transport": {"rallypoint_grpc.endpoints"},
+        "rallypoint_grpc.endpoints": set(),
+        "rallypoint_grpc.security": set(),
+        "rallypoint_grpc.rendezvous.options": {"rallypoint_grpc.security", "rallypoint_grpc.endpoints"},
+        "rallypoint_grpc.rendezvous.backend": {"rallypoint_grpc.rendezvous.options", "rallypoint_grpc.transport"},
+        "rallypoint_grpc.rpc.options": {"rallypoint_grpc.security"},
+        "rallypoint_grpc.rpc.transport": {"rallypoint_grpc.rpc.options", "rallypoint_grpc.transport"},
+    }
+    assert grpc_layout_problems(good) == []
+    back_at_the_top = {**good, "rallypoint_grpc.store": set()}
+    assert grpc_layout_problems(back_at_the_top) == ["rallypoint_grpc.store: neither shared nor in a wing"]
+    crossing = {**good, "rallypoint_grpc.rpc.options": {"rallypoint_grpc.security", "rallypoint_grpc.rendezvous.store"}}
+    assert grpc_layout_problems(crossing) == ["rallypoint_grpc.rpc.options imports rallypoint_grpc.rendezvous.store"]
+    shared_on_a_wing = {**good, "rallypoint_grpc.transport": {"rallypoint_grpc.rendezvous.options"}}
+    assert "rallypoint_grpc.transport imports rallypoint_grpc.rendezvous.options" in grpc_layout_problems(
+        shared_on_a_wing
+    )
+    one_wing_only = {**good, "rallypoint_grpc.rpc.options": set()}
+    assert grpc_layout_problems(one_wing_only) == ["rallypoint_grpc.rpc never uses the shared rallypoint_grpc.security"]

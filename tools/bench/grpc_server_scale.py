@@ -83,7 +83,7 @@ def _worker(argv: list[str]) -> int:
     from rallypoint.rendezvous.handler import RendezvousHandler
     from rallypoint.rendezvous.state import NodeInfo
     from rallypoint.rendezvous.timeouts import RendezvousTimeouts
-    from rallypoint_grpc.backend import GrpcBackend
+    from rallypoint_grpc.rendezvous.backend import GrpcBackend
 
     # the agent's real path: the node that completes the round runs the rank strategy once and
     # each node decodes its own share of it (rallypoint.agent.node_share)

@@ -18,7 +18,7 @@ import textwrap
 STRESS = textwrap.dedent(
     """
     import os, socket, subprocess, sys, threading, time
-    from rallypoint_grpc.backend import create_grpc_backend
+    from rallypoint_grpc.rendezvous.backend import create_grpc_backend
 
     s = socket.socket(); s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]; s.close()
     backend = create_grpc_backend("fork", {"endpoint": f"127.0.0.1:{port}"})  # hosts the server here
@@ -60,7 +60,7 @@ def test_children_forked_next_to_a_busy_server_never_die_of_grpc() -> None:
 
 
 def test_fork_support_is_off_unless_the_user_sets_it() -> None:
-    probe = "import os, rallypoint_grpc.backend; print(os.environ.get('GRPC_ENABLE_FORK_SUPPORT'))"
+    probe = "import os, rallypoint_grpc.rendezvous.backend; print(os.environ.get('GRPC_ENABLE_FORK_SUPPORT'))"
     env = {k: v for k, v in os.environ.items() if k != "GRPC_ENABLE_FORK_SUPPORT"}
     out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=60)
     assert (out.returncode, out.stdout.strip()) == (0, "0"), out.stderr[-2000:]

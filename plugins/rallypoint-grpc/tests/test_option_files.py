@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel, ValidationError
 
-from rallypoint_grpc.options import GrpcOptions
+from rallypoint_grpc.rendezvous.options import GrpcOptions
 from rallypoint_grpc.rpc.options import GrpcRpcOptions
 
 PEM = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"

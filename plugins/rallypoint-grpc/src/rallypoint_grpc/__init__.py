@@ -1,7 +1,10 @@
 """gRPC for rallypoint: the rendezvous server and client backend, and the RPC transport.
 
-The RPC transport is the wing :mod:`rallypoint_grpc.rpc`; the rendezvous modules sit at the top
-(for now), beside the channel code both use (:mod:`rallypoint_grpc.transport`).
+Two wings over shared code: the rendezvous backend is :mod:`rallypoint_grpc.rendezvous`, the
+RPC transport :mod:`rallypoint_grpc.rpc`; both stand on the modules at the top (the channel
+code :mod:`rallypoint_grpc.transport`, :mod:`rallypoint_grpc.endpoints`,
+:mod:`rallypoint_grpc.security`), and neither imports the other. :mod:`rallypoint_grpc.hooks`
+registers both.
 
 Importing any module of this package first turns gRPC's fork support off for the process
 (``GRPC_ENABLE_FORK_SUPPORT=0``, unless the environment already sets it), before :mod:`grpc` is

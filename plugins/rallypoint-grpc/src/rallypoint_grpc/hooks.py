@@ -1,7 +1,9 @@
-"""rallypoint hooks of the grpc plugin: the ``grpc`` rendezvous backend and ``rallypoint rdzv``.
+"""rallypoint hooks of the grpc plugin: both wings, registered here.
 
-Nothing heavy is imported here (no grpc): the backend and server modules load only when the
-backend is selected or the command runs.
+The rendezvous wing (:mod:`rallypoint_grpc.rendezvous`) gives the ``grpc`` rendezvous backend and
+``rallypoint rdzv``; the RPC wing (:mod:`rallypoint_grpc.rpc`) the ``grpc`` RPC transport.
+Nothing heavy is imported here (no grpc): the backend, server and transport modules load only
+when one is selected or the command runs.
 """
 
 from __future__ import annotations
@@ -14,13 +16,13 @@ from rallypoint.rendezvous.records import RendezvousBackendRecord
 @hookimpl
 def rallypoint_rendezvous_backends() -> list[RendezvousBackendRecord]:
     """The ``grpc`` backend: a rendezvous server that any agent can host, or a standalone one."""
-    from rallypoint_grpc.options import GrpcOptions
+    from rallypoint_grpc.rendezvous.options import GrpcOptions
 
     return [
         RendezvousBackendRecord(
             name="grpc",
             summary="gRPC server (agent-hosted or `rallypoint rdzv serve`), streaming watches",
-            factory="rallypoint_grpc.backend:create_grpc_backend",
+            factory="rallypoint_grpc.rendezvous.backend:create_grpc_backend",
             options_model=GrpcOptions,
             endpoint_option="endpoint",
         )
@@ -34,7 +36,7 @@ def rallypoint_cli_commands() -> list[CliCommand]:
         CliCommand(
             name="rdzv",
             summary="Run a standalone gRPC rendezvous server (rdzv serve).",
-            command="rallypoint_grpc.cli:rdzv",
+            command="rallypoint_grpc.rendezvous.cli:rdzv",
         )
     ]
 

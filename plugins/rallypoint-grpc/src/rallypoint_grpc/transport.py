@@ -2,7 +2,8 @@
 
 Everything a gRPC client or server of rallypoint needs, with nothing rendezvous-specific:
 
-* :func:`parse_endpoint` / :func:`format_endpoint`: ``HOST:PORT`` (``[v6]:PORT`` too).
+* :func:`parse_endpoint` / :func:`format_endpoint`: ``HOST:PORT`` (``[v6]:PORT`` too), from
+  :mod:`rallypoint_grpc.endpoints` (which imports no grpc).
 * :class:`TlsFiles` and :func:`server_credentials` / :func:`channel_credentials`: TLS and mutual
   TLS from PEM files, read when the credentials are built (errors name the file).
 * :func:`read_token`: the shared token from a file or an environment variable;
@@ -31,7 +32,7 @@ from typing import Any
 import grpc
 import grpc.aio
 
-from rallypoint_grpc.options import format_endpoint, parse_endpoint
+from rallypoint_grpc.endpoints import format_endpoint, parse_endpoint
 
 __all__ = [
     "DEFAULT_MAX_MESSAGE_BYTES",

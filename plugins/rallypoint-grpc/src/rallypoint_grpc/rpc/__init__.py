@@ -8,8 +8,9 @@
   format lives with the server).
 * :mod:`~rallypoint_grpc.rpc.shared_memory`: large frames between workers of one host.
 
-The wing stands on the plugin's shared channel code (:mod:`rallypoint_grpc.transport`: the
-channel per process, TLS files, tokens; :mod:`rallypoint_grpc.options`: endpoints and file
-checks) and never on the rendezvous modules beside it, nor they on it (``integration-tests/
-test_import_graph.py`` holds both). Importing it loads nothing heavy.
+The wing stands on the plugin's shared code (:mod:`rallypoint_grpc.transport`: the channel per
+process, TLS files, tokens; :mod:`rallypoint_grpc.endpoints`: ``HOST:PORT``;
+:mod:`rallypoint_grpc.security`: the token and TLS options and their file checks) and never on
+the rendezvous wing beside it (:mod:`rallypoint_grpc.rendezvous`), nor it on this one
+(``integration-tests/test_import_graph.py`` holds both). Importing it loads nothing heavy.
 """

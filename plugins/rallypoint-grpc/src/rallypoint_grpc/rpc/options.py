@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field
 
-from rallypoint_grpc.options import check_files
+from rallypoint_grpc.security import SecurityOptions
 
 __all__ = ["GrpcRpcOptions"]
 
 
-class GrpcRpcOptions(BaseModel):
+class GrpcRpcOptions(SecurityOptions):
     """``[rpc.options]`` when ``[rpc] transport = "grpc"``.
 
     Attributes:
@@ -34,30 +34,14 @@ class GrpcRpcOptions(BaseModel):
             a private Unix socket on one host); off: every call is a gRPC call.
     """
 
-    model_config = ConfigDict(extra="forbid")
-
-    token_file: str | None = None
-    token_env: str | None = None
-    tls_ca: str | None = None
-    tls_cert: str | None = None
-    tls_key: str | None = None
-    mutual_tls: bool = False
-    tls_server_name: str | None = None
     max_message_bytes: int = Field(default=512 << 20, ge=4096, le=(2 << 30) - 1)
     chunk_bytes: int = Field(default=4 << 20, ge=4096, le=(2 << 30) - 1)
     max_frame_bytes: int = Field(default=16 << 30, ge=4096)
     same_host_shm: bool = True
     sockets: bool = True
 
-    @model_validator(mode="after")
-    def _consistent(self) -> GrpcRpcOptions:
-        if self.token_file is not None and self.token_env is not None:
-            raise ValueError("give token_file or token_env, not both")
-        if (self.tls_cert is None) != (self.tls_key is None):
-            raise ValueError("tls_cert and tls_key go together")
+    def _check_tls(self) -> None:
         if self.tls_ca is not None and self.tls_cert is None:
             raise ValueError("TLS (tls_ca) needs tls_cert and tls_key: every worker also serves")
         if self.mutual_tls and self.tls_ca is None:
             raise ValueError("mutual_tls needs tls_ca, tls_cert and tls_key")
-        check_files(self)
-        return self

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from rallypoint.rendezvous.errors import RendezvousBackendError
-from rallypoint_grpc.backend import create_grpc_backend
+from rallypoint_grpc.rendezvous.backend import create_grpc_backend
 
 from .conftest import ServerProcess
 from .test_agent_hosted import free_port
@@ -45,7 +45,7 @@ def test_the_probe_is_answered_before_the_factory_returns() -> None:
     # before any call of the caller's own.
     python(
         f"""
-        from rallypoint_grpc.backend import create_grpc_backend, _HOSTED
+        from rallypoint_grpc.rendezvous.backend import create_grpc_backend, _HOSTED
         endpoint = "127.0.0.1:{free_port()}"
         b = create_grpc_backend("run1", {{"endpoint": endpoint, "linger": 0}})
         assert _HOSTED[endpoint].service.calls >= 2, _HOSTED[endpoint].service.calls  # the read and the watch

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from rallypoint_grpc.backend import GrpcBackend
+from rallypoint_grpc.rendezvous.backend import GrpcBackend
 
 
 class RecordingBackend(GrpcBackend):

@@ -81,7 +81,7 @@ def server(start_server: type[ServerProcess]) -> ServerProcess:
 @pytest.fixture
 def serve() -> Iterator[Any]:
     """A factory of in-process rendezvous servers (``RendezvousServer``), every one stopped at the end."""
-    from rallypoint_grpc.server import RendezvousServer, ServerConfig
+    from rallypoint_grpc.rendezvous.server import RendezvousServer, ServerConfig
 
     servers: list[RendezvousServer] = []
 

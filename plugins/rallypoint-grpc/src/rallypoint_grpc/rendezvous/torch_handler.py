@@ -1,11 +1,11 @@
 """``torchrun --rdzv-backend rallypoint-grpc --rdzv-endpoint HOST:PORT``: the grpc backend for torch's agent.
 
-Registered in the ``torchrun.handlers`` entry-point group; torch calls :func:`torchrun_creator`
-with no arguments. ``--rdzv-endpoint`` sets ``endpoint``, ``--rdzv-conf key=value`` any other field of
-:class:`~rallypoint_grpc.options.GrpcOptions` (see :mod:`rallypoint.rendezvous.torchrun_handlers`). As with
-torch's own c10d backend, the agent on the host that owns the endpoint's address serves
-(``--rdzv-conf serve=never`` turns that off, for a standalone ``rallypoint rdzv serve``).
-Nothing is imported until torchrun opens the rendezvous.
+Registered in the ``torchrun.handlers`` entry-point group; torch calls :func:`torchrun_creator` with
+no arguments. ``--rdzv-endpoint`` sets ``endpoint``, ``--rdzv-conf key=value`` any other field of
+:class:`~rallypoint_grpc.rendezvous.options.GrpcOptions` (see
+:mod:`rallypoint.rendezvous.torchrun_handlers`). As with torch's own c10d backend, the agent on the
+host that owns the endpoint's address serves (``--rdzv-conf serve=never`` turns that off, for a
+standalone ``rallypoint rdzv serve``). Nothing is imported until torchrun opens the rendezvous.
 """
 
 from __future__ import annotations

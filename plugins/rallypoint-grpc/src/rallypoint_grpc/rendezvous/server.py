@@ -1,9 +1,9 @@
 """The rendezvous gRPC server: ``grpc.aio`` (asyncio) on one event loop thread.
 
-The service keeps its state in a :class:`~rallypoint_grpc.store.Store` touched only from the
-event loop, so each call is atomic without locks. A watch is one coroutine awaiting an
-:class:`asyncio.Event` on its stream: thousands of waiting nodes cost thousands of small
-coroutines, not threads, and no one polls.
+The service keeps its state in a :class:`~rallypoint_grpc.rendezvous.store.Store` touched only from
+the event loop, so each call is atomic without locks. A watch is one coroutine awaiting an
+:class:`asyncio.Event` on its stream: thousands of waiting nodes cost thousands of small coroutines,
+not threads, and no one polls.
 
 :class:`RendezvousServer` runs the server on a background thread of the calling process (the
 agent-hosted mode and the tests); ``rallypoint rdzv serve`` runs it in the foreground.
@@ -25,8 +25,9 @@ import grpc.aio
 
 from rallypoint_grpc._proto import rendezvous_pb2 as pb
 from rallypoint_grpc._proto import rendezvous_pb2_grpc as pb_grpc
-from rallypoint_grpc.session_server import CODES, ServerSession
-from rallypoint_grpc.store import Limits, Store, StoreError
+from rallypoint_grpc.rendezvous.limits import Limits, StoreError
+from rallypoint_grpc.rendezvous.session_server import CODES, ServerSession
+from rallypoint_grpc.rendezvous.store import Store
 from rallypoint_grpc.transport import (
     DEFAULT_MAX_MESSAGE_BYTES,
     TlsFiles,
@@ -56,8 +57,9 @@ class RendezvousService(pb_grpc.RendezvousServicer):
     """The ``rallypoint.rendezvous.v1.Rendezvous`` service over a :class:`Store`.
 
     Each operation is a plain method from its request to its reply (raising
-    :class:`~rallypoint_grpc.store.StoreError`), served two ways: as its own unary call, and as a
-    message of a session stream (:meth:`Session`, :mod:`rallypoint_grpc.session_server`).
+    :class:`~rallypoint_grpc.rendezvous.limits.StoreError`), served two ways: as its own unary call,
+    and as a message of a session stream (:meth:`Session`,
+    :mod:`rallypoint_grpc.rendezvous.session_server`).
     """
 
     def __init__(self, store: Store) -> None:
@@ -218,7 +220,7 @@ class RendezvousService(pb_grpc.RendezvousServicer):
         yield event
 
     async def Session(self, request_iterator: Any, context: grpc.aio.ServicerContext) -> None:
-        """Serve one client's session stream until it ends (see :mod:`rallypoint_grpc.session_server`)."""
+        """Serve one client's session stream until it ends (see :mod:`rallypoint_grpc.rendezvous.session_server`)."""
         self.sessions += 1
         await ServerSession(self, context).serve()
 
@@ -234,7 +236,7 @@ class ServerConfig:
         token: the shared token every call must carry (``None``: no token).
         tls: server certificate and key, and the client CA for mutual TLS (``None``: plain TCP).
         data_dir: persist the state here (``None``: memory only).
-        limits: see :class:`~rallypoint_grpc.store.Limits`.
+        limits: see :class:`~rallypoint_grpc.rendezvous.limits.Limits`.
         max_message_bytes: largest request or reply.
     """
 

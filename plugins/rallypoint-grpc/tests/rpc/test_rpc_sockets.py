@@ -23,8 +23,8 @@ from rallypoint.rpc.wire import pack
 from rallypoint_grpc.rpc.socket_server import HEAD, MAGIC
 from rallypoint_grpc.rpc.transport import HELLO_METHOD
 
+from ..certs import make_certs
 from . import rpc_group as g
-from .certs import make_certs
 
 BEARER = f"Bearer {g.TOKEN}".encode()
 

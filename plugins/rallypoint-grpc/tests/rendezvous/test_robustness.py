@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from rallypoint_grpc.backend import GrpcBackend
+from rallypoint_grpc.rendezvous.backend import GrpcBackend
 
 from . import fuzz
 from .conftest import ServerProcess

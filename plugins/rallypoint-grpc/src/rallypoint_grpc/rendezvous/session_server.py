@@ -1,11 +1,11 @@
 """The server's side of a session: one client's long-lived stream, its operations and its watches.
 
-A client (:mod:`rallypoint_grpc.session`) sends every operation of its backend as a tagged
-``SessionRequest`` on one bidirectional stream. :class:`ServerSession` reads them in order on the
-server's event loop and answers each with a ``SessionReply`` carrying the same id: an operation
-of the store at once (the store is touched only from the loop, so each stays atomic), a watch
-when it fires or times out, from its own small task. No call is set up per operation: no
-metadata, no interceptor, no status; the token is checked once, when the stream opens.
+A client (:mod:`rallypoint_grpc.rendezvous.session`) sends every operation of its backend as a
+tagged ``SessionRequest`` on one bidirectional stream. :class:`ServerSession` reads them in order on
+the server's event loop and answers each with a ``SessionReply`` carrying the same id: an operation
+of the store at once (the store is touched only from the loop, so each stays atomic), a watch when
+it fires or times out, from its own small task. No call is set up per operation: no metadata, no
+interceptor, no status; the token is checked once, when the stream opens.
 """
 
 from __future__ import annotations
@@ -19,14 +19,14 @@ import grpc
 import grpc.aio
 
 from rallypoint_grpc._proto import rendezvous_pb2 as pb
-from rallypoint_grpc.store import StoreError
+from rallypoint_grpc.rendezvous.limits import StoreError
 
 __all__ = ["CODES", "ServerSession", "SessionService"]
 
 log = logging.getLogger(__name__)
 
-#: The gRPC status of each :class:`~rallypoint_grpc.store.StoreError` code, for a unary call's
-#: abort and a session's ``Failure`` alike (the client maps both the same way).
+#: The gRPC status of each :class:`~rallypoint_grpc.rendezvous.limits.StoreError` code, for a unary
+#: call's abort and a session's ``Failure`` alike (the client maps both the same way).
 CODES = {
     "invalid": grpc.StatusCode.INVALID_ARGUMENT,
     "precondition": grpc.StatusCode.FAILED_PRECONDITION,
@@ -41,7 +41,7 @@ class SessionService(Protocol):
     operations: dict[str, Callable[[Any], Any]]
 
     def wait(self, request: Any) -> Coroutine[Any, Any, Any]:
-        """A watch's one event (see :meth:`rallypoint_grpc.server.RendezvousService.wait`)."""
+        """A watch's one event (see :meth:`rallypoint_grpc.rendezvous.server.RendezvousService.wait`)."""
         ...
 
 

@@ -10,7 +10,7 @@ from rallypoint.rendezvous.handler import RendezvousHandler, RendezvousResult
 from rallypoint.rendezvous.keyspace import HEADER_KEY
 from rallypoint.rendezvous.testing import make_node
 from rallypoint.rendezvous.timeouts import RendezvousTimeouts
-from rallypoint_grpc.backend import GrpcBackend
+from rallypoint_grpc.rendezvous.backend import GrpcBackend
 
 from .conftest import ServerProcess
 

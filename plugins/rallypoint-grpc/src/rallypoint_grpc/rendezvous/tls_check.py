@@ -15,7 +15,7 @@ import socket
 import ssl
 from typing import TYPE_CHECKING
 
-from rallypoint_grpc.options import parse_endpoint
+from rallypoint_grpc.endpoints import parse_endpoint
 
 if TYPE_CHECKING:
     from rallypoint_grpc.transport import TlsFiles

@@ -17,12 +17,13 @@ import threading
 import time
 from typing import Any
 
-from rallypoint_grpc.options import GrpcOptions, parse_endpoint
+from rallypoint_grpc.endpoints import parse_endpoint
+from rallypoint_grpc.rendezvous.options import GrpcOptions
 from rallypoint_grpc.transport import TlsFiles
 
 __all__ = ["host_server"]
 
-log = logging.getLogger("rallypoint_grpc.backend")
+log = logging.getLogger("rallypoint_grpc.rendezvous.backend")
 
 _HOSTED: dict[str, Any] = {}
 _HOSTED_LOCK = threading.Lock()
@@ -94,10 +95,10 @@ def _linger(server: Any, limit: float) -> None:
 def host_server(opts: GrpcOptions, token: str | None) -> Any | None:
     """Start the server in this process when the endpoint is ours (see the module text).
 
-    Returns the running :class:`~rallypoint_grpc.server.RendezvousServer`, or ``None`` when
-    another process serves (or will: the address is not on this host, or the port is taken).
+    Returns the running :class:`~rallypoint_grpc.rendezvous.server.RendezvousServer`, or ``None``
+    when another process serves (or will: the address is not on this host, or the port is taken).
     """
-    from rallypoint_grpc.server import RendezvousServer, ServerConfig
+    from rallypoint_grpc.rendezvous.server import RendezvousServer, ServerConfig
 
     with _HOSTED_LOCK:
         if opts.endpoint in _HOSTED:

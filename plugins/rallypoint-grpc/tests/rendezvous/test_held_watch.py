@@ -22,8 +22,8 @@ from rallypoint.rendezvous.roster import ROSTERS
 from rallypoint.rendezvous.testing import make_node
 from rallypoint.rendezvous.timeouts import RendezvousTimeouts
 from rallypoint_grpc._proto import rendezvous_pb2 as pb
-from rallypoint_grpc.backend import GrpcBackend
-from rallypoint_grpc.server import RendezvousServer, RendezvousService, ServerConfig
+from rallypoint_grpc.rendezvous.backend import GrpcBackend
+from rallypoint_grpc.rendezvous.server import RendezvousServer, RendezvousService, ServerConfig
 
 from .recording import RecordingBackend
 

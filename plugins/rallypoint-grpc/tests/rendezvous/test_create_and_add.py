@@ -9,8 +9,9 @@ import grpc
 import pytest
 
 from rallypoint.rendezvous.backend import create_and_add
-from rallypoint_grpc.server import RendezvousService
-from rallypoint_grpc.store import Limits, Store, StoreError
+from rallypoint_grpc.rendezvous.limits import Limits, StoreError
+from rallypoint_grpc.rendezvous.server import RendezvousService
+from rallypoint_grpc.rendezvous.store import Store
 
 from .recording import RecordingBackend
 

@@ -11,7 +11,7 @@ from rallypoint.rendezvous.testing import (
     SetManyConformance,
     WaitWithConformance,
 )
-from rallypoint_grpc.backend import GrpcBackend
+from rallypoint_grpc.rendezvous.backend import GrpcBackend
 
 from .conftest import ServerProcess
 

@@ -1,17 +1,12 @@
-"""The server's key-value state: spaces of JSON values, versions, leases, waiters, persistence.
+"""The server's key-value state: spaces of JSON values, versions, leases and waiters.
 
 No gRPC here, and no locks: every method runs on the server's event loop thread (the service in
-:mod:`rallypoint_grpc.server` calls them from its coroutines), so each call is atomic. Waiters
-are :class:`asyncio.Event` objects indexed by key (and a short list of prefix waiters), so a write
-wakes exactly the watches it concerns and nothing polls.
-
-Persistence (``data_dir``): every write is appended to ``<data_dir>/rendezvous.log`` as one JSON
-line and flushed, and the writes of one request (a join's record and its counter) as one line, so
-a crash keeps all of them or none. That survives the server process being killed; ``fsync`` is
-not called, so a power loss may drop the last writes. On start the log is replayed, then
-compacted to the live state.
-Leases (TTLs) run on the server's clock; the log keeps their expiry in wall time, so they keep
-counting while the server is down.
+:mod:`rallypoint_grpc.rendezvous.server` calls them from its coroutines), so each call is atomic.
+Waiters are :class:`asyncio.Event` objects indexed by key (and a short list of prefix waiters), so a
+write wakes exactly the watches it concerns and nothing polls. Leases (TTLs) run on the server's
+clock. What a request may hold is checked first (:mod:`~rallypoint_grpc.rendezvous.limits`); with a
+``data_dir`` every change also goes to the log (:mod:`~rallypoint_grpc.rendezvous.store_log`),
+replayed when the store starts.
 """
 
 from __future__ import annotations
@@ -27,44 +22,12 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
-from rallypoint.rendezvous.backend import check_key
+from rallypoint_grpc.rendezvous.limits import Limits, StoreError, bounded, check_json, check_key, check_space, shown
+from rallypoint_grpc.rendezvous.store_log import LoggedWrite, StoreLog
 
-__all__ = ["Limits", "Store", "StoreError"]
-
-LOG_NAME = "rendezvous.log"
-
-
-class StoreError(Exception):
-    """A request the store refuses. ``code`` is one of ``invalid``, ``precondition``, ``exhausted``."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-
-
-@dataclass(frozen=True)
-class Limits:
-    """Bounds that keep the server's memory finite whatever clients send.
-
-    Attributes:
-        max_value_bytes: largest JSON text of one value.
-        max_total_bytes: all keys and values of all spaces together.
-        max_watches: watches held at once (each holds one stream).
-        max_watch_seconds: the longest a single watch call waits (clients re-issue).
-        max_ttl_seconds: the longest lease.
-        max_key_bytes: the longest key, key prefix or run id (space).
-        max_request_id_bytes: the longest request id (kept for replies to retried writes).
-    """
-
-    max_value_bytes: int = 1 << 20
-    max_total_bytes: int = 512 << 20
-    max_watches: int = 100_000
-    max_watch_seconds: float = 3600.0
-    max_ttl_seconds: float = 365 * 86400.0
-    max_key_bytes: int = 4096
-    max_request_id_bytes: int = 128
+__all__ = ["Store"]
 
 
 @dataclass
@@ -83,42 +46,6 @@ class _Space:
     key_waiters: dict[str, set[asyncio.Event]] = field(default_factory=dict)
     prefix_waiters: list[tuple[str, asyncio.Event]] = field(default_factory=list)
     leases: list[tuple[float, str, int]] = field(default_factory=list)  # heap of (expiry, key, version)
-
-
-def _shown(text: str) -> str:
-    """``text`` for a message: quoted, and cut short when long."""
-    return repr(text) if len(text) <= 60 else f"{text[:57]!r}... ({len(text)} characters)"
-
-
-def _bounded(text: str, what: str, limit: int) -> str:
-    if len(text) > limit:
-        raise StoreError("invalid", f"{what} {_shown(text)} is longer than {limit} characters")
-    return text
-
-
-def _no_constant(name: str) -> Any:
-    """``json.loads``'s hook for ``NaN``, ``Infinity`` and ``-Infinity``, which JSON does not have."""
-    raise ValueError(f"{name} is not JSON")
-
-
-def check_space(space: str, limit: int = Limits.max_key_bytes) -> str:
-    """A space is a run id: one key segment."""
-    _bounded(space, "run id", limit)
-    try:
-        check_key(space)
-    except ValueError:
-        raise StoreError("invalid", f"invalid run id {_shown(space)}") from None
-    if "/" in space:
-        raise StoreError("invalid", f"invalid run id {_shown(space)}: no '/' allowed")
-    return space
-
-
-def _check_key(key: str, *, prefix: bool, limit: int) -> str:
-    _bounded(key, "key prefix" if prefix else "key", limit)
-    try:
-        return check_key(key, prefix=prefix)
-    except ValueError as exc:
-        raise StoreError("invalid", str(exc)) from None
 
 
 class Store:
@@ -142,83 +69,53 @@ class Store:
         self.total_bytes = 0
         self.watches = 0
         self._replies: OrderedDict[str, Any] = OrderedDict()
-        self._log: IO[str] | None = None
-        self._grouped: list[dict[str, Any]] | None = None
+        self._log: StoreLog | None = None
         if data_dir is not None:
-            self._open_log(Path(data_dir))
+            log = StoreLog(Path(data_dir))
+            self._load(log)
+            self._log = log
 
     # -- persistence ----------------------------------------------------------------------
-    def _open_log(self, directory: Path) -> None:
-        directory.mkdir(parents=True, exist_ok=True)
-        path = directory / LOG_NAME
-        if path.exists():
-            self._replay(path)
-        tmp = directory / f".{LOG_NAME}.tmp"
-        with tmp.open("w", encoding="utf-8") as out:
-            for name, sp in self.spaces.items():
-                out.write(json.dumps({"op": "rev", "s": name, "v": sp.revision}) + "\n")
-                for key, item in sp.data.items():
-                    out.write(json.dumps(self._put_record(name, key, item)) + "\n")
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(tmp, path)
-        self._log = path.open("a", encoding="utf-8")
-
-    def _replay(self, path: Path) -> None:
+    def _load(self, log: StoreLog) -> None:
+        """Replay ``log``, drop the leases that ran out meanwhile, and have it rewritten to the live state."""
         now_wall, now = time.time(), self.clock()
-        with path.open(encoding="utf-8") as f:
-            for line in f:
-                try:
-                    rec = json.loads(line)
-                    for one in rec["ops"] if rec["op"] == "multi" else [rec]:
-                        self._replay_one(one, now_wall, now)
-                except (ValueError, KeyError, TypeError):
-                    # A line cut short by a crash is the last one: everything before it stands.
-                    break
+        for change in log.replay():
+            self._replay_one(change, now_wall, now)
         for sp in self.spaces.values():
             self.expire(sp)
+        log.rewrite(self._live())
 
-    def _replay_one(self, rec: dict[str, Any], now_wall: float, now: float) -> None:
-        sp = self.spaces.get(rec["s"]) or self.spaces.setdefault(rec["s"], _Space(rec["s"]))
-        sp.revision = max(sp.revision, int(rec["v"]))
-        if rec["op"] == "put":
-            wall = rec.get("x")
-            expiry = None if wall is None else now + (float(wall) - now_wall)
-            self._store(sp, rec["k"], _Item(rec["t"], int(rec["v"]), expiry))
-        elif rec["op"] == "del":
-            self._drop(sp, rec["k"])
+    def _live(self) -> Iterator[LoggedWrite]:
+        for name, sp in self.spaces.items():
+            yield LoggedWrite("rev", name, sp.revision)
+            for key, item in sp.data.items():
+                yield self._put_change(name, key, item)
 
-    def _put_record(self, space: str, key: str, item: _Item) -> dict[str, Any]:
+    def _replay_one(self, change: LoggedWrite, now_wall: float, now: float) -> None:
+        sp = self.spaces.get(change.space) or self.spaces.setdefault(change.space, _Space(change.space))
+        sp.revision = max(sp.revision, change.version)
+        if change.op == "put":
+            expiry = None if change.expires is None else now + (change.expires - now_wall)
+            self._store(sp, change.key, _Item(change.text, change.version, expiry))
+        elif change.op == "del":
+            self._drop(sp, change.key)
+
+    def _put_change(self, space: str, key: str, item: _Item) -> LoggedWrite:
         wall = None if item.expiry is None else time.time() + (item.expiry - self.clock())
-        return {"op": "put", "s": space, "k": key, "t": item.text, "v": item.version, "x": wall}
+        return LoggedWrite("put", space, item.version, key, item.text, wall)
 
-    def _append(self, record: dict[str, Any]) -> None:
-        if self._log is None:
-            return
-        if self._grouped is not None:
-            self._grouped.append(record)
-            return
-        self._log.write(json.dumps(record) + "\n")
-        self._log.flush()
+    def _append(self, change: LoggedWrite) -> None:
+        if self._log is not None:
+            self._log.append(change)
 
-    @contextlib.contextmanager
-    def _one_line(self) -> Iterator[None]:
+    def _one_line(self) -> contextlib.AbstractContextManager[None]:
         """The writes made inside go to the log as one line, written when the block ends (also by an error)."""
-        self._grouped = []
-        try:
-            yield
-        finally:
-            records, self._grouped = self._grouped, None
-            if len(records) == 1:
-                self._append(records[0])
-            elif records:
-                self._append({"op": "multi", "ops": records})
+        return contextlib.nullcontext() if self._log is None else self._log.one_line()
 
     def close(self) -> None:
         """Close the log file."""
         if self._log is not None:
-            with contextlib.suppress(OSError):
-                self._log.close()
+            self._log.close()
             self._log = None
 
     # -- internals ------------------------------------------------------------------------
@@ -238,6 +135,13 @@ class Store:
         if old is not None:
             self.total_bytes -= len(old.text) + len(key)
             del sp.keys[bisect.bisect_left(sp.keys, key)]
+
+    def _remove(self, sp: _Space, key: str) -> None:
+        """Delete ``key`` from ``sp`` as a change of its own: a new revision, logged, its watches woken."""
+        sp.revision += 1
+        self._drop(sp, key)
+        self._append(LoggedWrite("del", sp.name, sp.revision, key))
+        self._wake(sp, key)
 
     def _under(self, sp: _Space, prefix: str) -> list[str]:
         """The keys of ``sp`` that start with ``prefix``, in order (a bisection, not a scan)."""
@@ -275,16 +179,13 @@ class Store:
             _, key, version = heapq.heappop(sp.leases)
             item = sp.data.get(key)
             if item is not None and item.version == version:
-                sp.revision += 1
-                self._drop(sp, key)
-                self._append({"op": "del", "s": sp.name, "k": key, "v": sp.revision})
-                self._wake(sp, key)
+                self._remove(sp, key)
         return sp.leases[0][0] if sp.leases else None
 
     def _write(self, name: str, sp: _Space, key: str, text: str, ttl: float | None) -> int:
         if len(text) > self.limits.max_value_bytes:
             raise StoreError(
-                "invalid", f"value of {_shown(key)} is {len(text)} bytes; the limit is {self.limits.max_value_bytes}"
+                "invalid", f"value of {shown(key)} is {len(text)} bytes; the limit is {self.limits.max_value_bytes}"
             )
         old = sp.data.get(key)
         grow = len(text) + len(key) - (0 if old is None else len(old.text) + len(key))
@@ -300,17 +201,9 @@ class Store:
         sp.revision += 1
         item = _Item(text, sp.revision, expiry)
         self._store(sp, key, item)
-        self._append(self._put_record(name, key, item))
+        self._append(self._put_change(name, key, item))
         self._wake(sp, key)
         return sp.revision
-
-    def _json(self, key: str, text: str) -> str:
-        try:
-            json.loads(text, parse_constant=_no_constant)
-        except (ValueError, RecursionError) as exc:
-            why = f" ({exc})" if "is not JSON" in str(exc) else ""
-            raise StoreError("invalid", f"value of {_shown(key)} is not JSON text{why}") from None
-        return text
 
     def _sum(self, sp: _Space, key: str, amount: int) -> int:
         """The integer under ``key`` (absent: 0) plus ``amount``, checked; nothing written."""
@@ -327,7 +220,7 @@ class Store:
         """Apply a write once per request id: a retried request gets the first reply again."""
         if not request_id:
             return compute()
-        _bounded(request_id, "request id", self.limits.max_request_id_bytes)
+        bounded(request_id, "request id", self.limits.max_request_id_bytes)
         if request_id in self._replies:
             return self._replies[request_id]
         reply = compute()
@@ -338,7 +231,7 @@ class Store:
 
     def _key(self, key: str, *, prefix: bool = False) -> str:
         """``key`` (or a key prefix) if it is valid and within :attr:`Limits.max_key_bytes`."""
-        return _check_key(key, prefix=prefix, limit=self.limits.max_key_bytes)
+        return check_key(key, prefix=prefix, limit=self.limits.max_key_bytes)
 
     # -- operations -----------------------------------------------------------------------
     def get(self, name: str, key: str) -> tuple[str, int] | None:
@@ -350,7 +243,7 @@ class Store:
         """Store ``text`` under ``key``; return the new version."""
         self._key(key)
         sp = self.space(name)
-        return int(self._once(request_id, lambda: self._write(name, sp, key, self._json(key, text), ttl)))
+        return int(self._once(request_id, lambda: self._write(name, sp, key, check_json(key, text), ttl)))
 
     def compare_and_set(
         self, name: str, key: str, text: str, version: int | None, ttl: float | None, request_id: str = ""
@@ -358,7 +251,7 @@ class Store:
         """Write only at ``version`` (``None``: absent); ``(written, entry after the call)``."""
         self._key(key)
         sp = self.space(name)
-        self._json(key, text)
+        check_json(key, text)
 
         def apply() -> tuple[bool, tuple[str, int] | None]:
             item = sp.data.get(key)
@@ -391,7 +284,7 @@ class Store:
         self._key(key)
         self._key(counter)
         sp = self.space(name)
-        self._json(key, text)
+        check_json(key, text)
 
         def apply() -> tuple[bool, tuple[str, int] | None, int]:
             item = sp.data.get(key)
@@ -403,10 +296,7 @@ class Store:
                 try:
                     self._write(name, sp, counter, str(total), None)
                 except StoreError:  # over a limit: take the key back, so that neither write happened
-                    sp.revision += 1
-                    self._drop(sp, key)
-                    self._append({"op": "del", "s": name, "k": key, "v": sp.revision})
-                    self._wake(sp, key)
+                    self._remove(sp, key)
                     raise
             return True, None, total
 
@@ -436,7 +326,7 @@ class Store:
         self._key(unless)
         if claim is not None:
             self._key(claim[0])
-            self._json(claim[0], claim[1])
+            check_json(claim[0], claim[1])
         sp = self.space(name)
 
         def apply() -> tuple[dict[str, tuple[str, int]], int | None, tuple[str, int] | None]:
@@ -454,10 +344,7 @@ class Store:
                     self._write(name, sp, counter, str(total), None)
                 except StoreError:  # over a limit: take the claim back, so that neither write happened
                     if claim is not None and created:
-                        sp.revision += 1
-                        self._drop(sp, claim[0])
-                        self._append({"op": "del", "s": name, "k": claim[0], "v": sp.revision})
-                        self._wake(sp, claim[0])
+                        self._remove(sp, claim[0])
                     raise
             return found, total, None if claimed is None else (claimed.text, claimed.version)
 
@@ -472,7 +359,7 @@ class Store:
         """
         for key, text in items.items():
             self._key(key)
-            self._json(key, text)
+            check_json(key, text)
         sp = self.space(name)
 
         def apply() -> int:
@@ -503,10 +390,7 @@ class Store:
             item = sp.data.get(key)
             if item is None or (version is not None and item.version != version):
                 return False
-            sp.revision += 1
-            self._drop(sp, key)
-            self._append({"op": "del", "s": name, "k": key, "v": sp.revision})
-            self._wake(sp, key)
+            self._remove(sp, key)
             return True
 
         return bool(self._once(request_id, apply))

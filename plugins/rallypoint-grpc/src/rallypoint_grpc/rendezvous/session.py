@@ -1,8 +1,9 @@
 """The client's side of a session: one long-lived stream to the rendezvous server per backend.
 
 :class:`Session` opens one bidirectional ``Session`` stream and carries every operation of a
-:class:`~rallypoint_grpc.backend.GrpcBackend` on it as a tagged message; the server answers each
-with a reply carrying the same id, and pushes a watch's event on the same stream when it fires.
+:class:`~rallypoint_grpc.rendezvous.backend.GrpcBackend` on it as a tagged message; the server
+answers each with a reply carrying the same id, and pushes a watch's event on the same stream when
+it fires.
 
 Callers are threads (the backend is synchronous). The streams themselves are ``grpc.aio`` calls
 on one event loop per process (:func:`process_loop`, one thread): a caller hands its message to

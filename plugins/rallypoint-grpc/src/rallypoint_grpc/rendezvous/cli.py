@@ -46,8 +46,8 @@ def serve(
     "HOST:PORT", serve = "never".
     """
     from rallypoint.core.errors import RallypointError
-    from rallypoint_grpc.options import format_endpoint
-    from rallypoint_grpc.server import ServerConfig, serve_forever
+    from rallypoint_grpc.endpoints import format_endpoint
+    from rallypoint_grpc.rendezvous.server import ServerConfig, serve_forever
     from rallypoint_grpc.transport import TlsFiles, read_token
 
     if (tls_cert is None) != (tls_key is None) or (tls_client_ca is not None and tls_cert is None):

@@ -31,7 +31,8 @@ def test_the_cli_and_the_plugin_hooks_do_not_import_grpc() -> None:
         import sys
         from rallypoint.core.plugins import get_plugin_manager
         from rallypoint.rendezvous.records import RENDEZVOUS_BACKENDS
-        import rallypoint.agent.run_cli, rallypoint_grpc.hooks, rallypoint_grpc.options, rallypoint_grpc.torch_handler
+        import rallypoint.agent.run_cli, rallypoint_grpc.hooks
+        import rallypoint_grpc.rendezvous.options, rallypoint_grpc.rendezvous.torch_handler, rallypoint_grpc.rpc.options
         assert "grpc" in get_plugin_manager().registry(RENDEZVOUS_BACKENDS).names()
         assert "grpc" not in sys.modules and "torch" not in sys.modules, "grpc or torch imported"
         """
@@ -43,7 +44,7 @@ def test_the_agent_that_owns_the_address_serves_on_that_interface_only() -> None
     python(
         f"""
         import socket
-        from rallypoint_grpc.backend import create_grpc_backend, _HOSTED
+        from rallypoint_grpc.rendezvous.backend import create_grpc_backend, _HOSTED
         b = create_grpc_backend("run1", {{"endpoint": "127.0.0.2:{port}", "linger": 0}})
         assert b.add("n", 2) == 2
         assert "127.0.0.2:{port}" in _HOSTED
@@ -57,7 +58,7 @@ def test_an_endpoint_served_elsewhere_is_only_connected_to(start_server: type[Se
     server = start_server()
     python(
         f"""
-        from rallypoint_grpc.backend import create_grpc_backend, _HOSTED
+        from rallypoint_grpc.rendezvous.backend import create_grpc_backend, _HOSTED
         b = create_grpc_backend("run1", {{"endpoint": "{server.address}"}})  # port taken: connect
         b.set("k", 1)
         assert not _HOSTED
@@ -69,8 +70,8 @@ def test_an_endpoint_served_elsewhere_is_only_connected_to(start_server: type[Se
 def test_an_address_of_another_host_is_not_served() -> None:
     python(
         """
-        from rallypoint_grpc.backend import host_server
-        from rallypoint_grpc.options import GrpcOptions
+        from rallypoint_grpc.rendezvous.backend import host_server
+        from rallypoint_grpc.rendezvous.options import GrpcOptions
         assert host_server(GrpcOptions(endpoint="192.0.2.1:29400"), None) is None  # TEST-NET-1: not ours
         """
     )

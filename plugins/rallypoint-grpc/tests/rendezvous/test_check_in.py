@@ -9,9 +9,10 @@ import grpc
 import pytest
 
 from rallypoint.rendezvous.backend import SupportsCheckIn, check_in
-from rallypoint_grpc.backend import GrpcBackend
-from rallypoint_grpc.server import RendezvousService
-from rallypoint_grpc.store import Limits, Store, StoreError
+from rallypoint_grpc.rendezvous.backend import GrpcBackend
+from rallypoint_grpc.rendezvous.limits import Limits, StoreError
+from rallypoint_grpc.rendezvous.server import RendezvousService
+from rallypoint_grpc.rendezvous.store import Store
 
 from .recording import RecordingBackend
 
@@ -111,7 +112,7 @@ def test_the_stub_is_made_once_per_channel(serve: Any, monkeypatch: pytest.Monke
 
     (Of a server without sessions, where each operation is a unary call on the stub.)
     """
-    import rallypoint_grpc.backend as backend_module
+    import rallypoint_grpc.rendezvous.backend as backend_module
 
     made: list[Any] = []
     real = backend_module.pb_grpc.RendezvousStub

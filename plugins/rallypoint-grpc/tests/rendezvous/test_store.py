@@ -8,8 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from rallypoint_grpc.options import GrpcOptions
-from rallypoint_grpc.store import LOG_NAME, Limits, Store, StoreError
+from rallypoint_grpc.rendezvous.limits import Limits, StoreError
+from rallypoint_grpc.rendezvous.options import GrpcOptions
+from rallypoint_grpc.rendezvous.store import Store
+from rallypoint_grpc.rendezvous.store_log import LOG_NAME
 
 
 class FakeClock:
@@ -78,7 +80,7 @@ def test_a_join_is_one_line_of_the_log_so_a_crash_keeps_its_record_and_count_tog
     """A server killed between the join record's line and its counter's line kept a record without its count."""
     store = Store(data_dir=tmp_path)
     store.create_and_add("run", "join/1/a", '{"n": "a"}', "count/1", 1)
-    log = store._log
+    log = store._log.file if store._log is not None else None
     assert log is not None
     real_write, calls = log.write, []
 

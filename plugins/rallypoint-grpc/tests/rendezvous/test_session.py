@@ -16,8 +16,8 @@ import pytest
 from rallypoint.rendezvous.backend import wait_with
 from rallypoint.rendezvous.errors import RendezvousBackendError
 from rallypoint_grpc._proto import rendezvous_pb2 as pb
-from rallypoint_grpc.backend import GrpcBackend
-from rallypoint_grpc.session import Session, SessionClosed, SessionError
+from rallypoint_grpc.rendezvous.backend import GrpcBackend
+from rallypoint_grpc.rendezvous.session import Session, SessionClosed, SessionError
 
 from .conftest import ServerProcess
 

@@ -10,11 +10,11 @@ from pydantic import ValidationError
 
 from rallypoint.rendezvous.errors import RendezvousBackendError
 from rallypoint.rendezvous.round_io import free_port
-from rallypoint_grpc.backend import GrpcBackend, create_grpc_backend
-from rallypoint_grpc.options import GrpcOptions
+from rallypoint_grpc.rendezvous.backend import GrpcBackend, create_grpc_backend
+from rallypoint_grpc.rendezvous.options import GrpcOptions
 from rallypoint_grpc.transport import TlsFiles
 
-from .certs import Certs, make_certs
+from ..certs import Certs, make_certs
 from .conftest import ServerProcess
 
 TOKEN = "s3cret-token-value"

@@ -1,13 +1,13 @@
 """The ``grpc`` rendezvous backend: a client of the rendezvous server (and, agent-hosted, its host).
 
-:class:`GrpcBackend` implements :class:`~rallypoint.rendezvous.backend.RendezvousBackend` over
-one channel per process (:func:`rallypoint_grpc.transport.get_channel`), and one long-lived
-session stream per backend (:mod:`rallypoint_grpc.session`): every operation, watches included,
+:class:`GrpcBackend` implements :class:`~rallypoint.rendezvous.backend.RendezvousBackend` over one
+channel per process (:func:`rallypoint_grpc.transport.get_channel`), and one long-lived session
+stream per backend (:mod:`rallypoint_grpc.rendezvous.session`): every operation, watches included,
 is a tagged message on it, and a watch's event is pushed on it when it fires; nothing polls. A
 server without sessions (an older version) is called with one unary call per operation instead.
-Every operation has a deadline (``call_timeout``); a server that cannot be reached, or a stream
-that breaks, is retried with exponential backoff for ``retry_timeout`` (on a new stream; writes
-carry a request id, so a retried write is applied once), then the operation raises
+Every operation has a deadline (``call_timeout``); a server that cannot be reached, or a stream that
+breaks, is retried with exponential backoff for ``retry_timeout`` (on a new stream; writes carry a
+request id, so a retried write is applied once), then the operation raises
 :class:`~rallypoint.rendezvous.errors.RendezvousBackendError` naming the endpoint.
 
 Agent-hosted mode (:func:`create_grpc_backend` with ``serve = "auto"``): when the endpoint's
@@ -41,10 +41,10 @@ from rallypoint.rendezvous.backend import (
 from rallypoint.rendezvous.errors import RendezvousBackendError
 from rallypoint_grpc._proto import rendezvous_pb2 as pb
 from rallypoint_grpc._proto import rendezvous_pb2_grpc as pb_grpc
-from rallypoint_grpc.hosting import _HOSTED, host_server  # noqa: F401 - importable from here, as before the split
-from rallypoint_grpc.options import GrpcOptions
-from rallypoint_grpc.session import OperationRefused, Session, SessionClosed, session_call
-from rallypoint_grpc.tls_check import tls_failure
+from rallypoint_grpc.rendezvous.hosting import _HOSTED, host_server  # noqa: F401 - importable from here, as before the split
+from rallypoint_grpc.rendezvous.options import GrpcOptions
+from rallypoint_grpc.rendezvous.session import OperationRefused, Session, SessionClosed, session_call
+from rallypoint_grpc.rendezvous.tls_check import tls_failure
 from rallypoint_grpc.transport import (
     DEFAULT_MAX_MESSAGE_BYTES,
     Backoff,

@@ -14,7 +14,8 @@ import pytest
 
 from rallypoint_grpc._proto import rendezvous_pb2 as pb
 from rallypoint_grpc._proto import rendezvous_pb2_grpc as pb_grpc
-from rallypoint_grpc.store import Limits, Store, StoreError
+from rallypoint_grpc.rendezvous.limits import Limits, StoreError
+from rallypoint_grpc.rendezvous.store import Store
 
 from .conftest import ServerProcess
 

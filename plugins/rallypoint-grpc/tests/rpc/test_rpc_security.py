@@ -19,8 +19,8 @@ from rallypoint.rpc.api import use_agent
 from rallypoint.rpc.wire import pack
 from rallypoint_grpc.rpc.transport import METHOD
 
+from ..certs import make_certs
 from . import rpc_group as g
-from .certs import make_certs
 
 
 class Evil:
