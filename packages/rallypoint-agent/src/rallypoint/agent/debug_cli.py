@@ -1,4 +1,7 @@
-"""``rallypoint debug stacks``: what every worker of a running job is doing, through its rendezvous backend."""
+"""``rallypoint debug stacks``: what every worker of a running job is doing, through its rendezvous backend.
+
+A one-node job on the ``memory`` backend is read on its machine instead (:mod:`rallypoint.agent.debug_local`).
+"""
 
 from __future__ import annotations
 
@@ -68,10 +71,8 @@ def stacks(
     section = resolved.section(RendezvousSection)
     selection = resolved.selection("rendezvous.backend")
     assert selection is not None, "the rendezvous package declares rendezvous.backend"
-    if not backend_record(selection).multi_host:
-        raise click.UsageError(
-            f"the {section.backend} backend lives inside one agent process; debug stacks needs a shared backend"
-        )
+    if not backend_record(selection).multi_host:  # one node: its workers are on this machine
+        return _stacks_here(resolved, section.run_id, as_json, timeout)
     if not section.run_id:
         raise click.UsageError("give the job's run id: --run-id ID (or rendezvous.run_id in the job file)")
     started = time.monotonic()
@@ -100,3 +101,41 @@ def stacks(
         n = len(flatten(answers))
         click.echo(f"({n} worker(s) on {len(answers)} node(s), {took:.2f}s)")
     return 1 if missing else 0
+
+
+def _stacks_here(resolved: Any, run_id: str | None, as_json: bool, timeout: float) -> int:
+    """``debug stacks`` of a job whose rendezvous lives in its agent: its workers, read on this machine."""
+    from rallypoint.agent.cli import _status_file
+    from rallypoint.agent.config import AgentSection
+    from rallypoint.agent.debug_local import latest_debug_dir, local_answer
+    from rallypoint.agent.debug_report import flatten, render
+    from rallypoint.agent.status_file import read
+
+    started = time.monotonic()
+    path, _ = _status_file(resolved, run_id)
+    if path is None:
+        where = resolved.section(AgentSection).log_dir
+        raise click.UsageError(
+            f"no job found under {where!r}" + (f" for run {run_id!r}" if run_id else "") + ": a job whose rendezvous "
+            "lives in its agent (the memory backend) is found through its log directory; run debug stacks on its "
+            "machine, in the directory it ran from, or give --run-id and its agent.log_dir (--set agent.log_dir=DIR)"
+        )
+    snap = read(path) or {}
+    run = str(snap.get("run_id") or run_id)
+    if snap.get("closed"):
+        click.echo(f"run {run!r}: no node is running ({snap.get('reason') or 'the job ended'})", err=True)
+        return 1
+    debug_dir = latest_debug_dir(path.parent)
+    nodes = snap.get("nodes") or [{}]
+    answer = local_answer(debug_dir, str(nodes[0].get("node_id") or "local")) if debug_dir is not None else None
+    if answer is None or not answer["workers"]:
+        click.echo(f"run {run!r}: no worker is running (in {path.parent})", err=True)
+        return 1
+    took = time.monotonic() - started
+    if as_json:
+        doc = {"run_id": run, "request": None, "seconds": round(took, 3), "missing": [], "workers": flatten([answer])}
+        click.echo(json.dumps(doc, indent=1))
+    else:
+        click.echo(render([answer], []))
+        click.echo(f"({len(answer['workers'])} worker(s) on 1 node(s), {took:.2f}s)")
+    return 0
