@@ -68,3 +68,12 @@ def test_debug_stacks_without_a_job_says_where_it_looked(tmp_path: Path) -> None
 def test_the_memory_backend_is_no_longer_refused(tmp_path: Path, flag: tuple[str, ...]) -> None:
     done = _stacks(tmp_path, *flag)
     assert "needs a shared backend" not in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("command", [("status",), ("debug", "stacks")])
+def test_the_help_says_how_a_one_node_job_is_found(command: tuple[str, ...]) -> None:
+    done = subprocess.run([*CLI, *command, "--help"], env=clean_env(COLUMNS="200"), capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    text = " ".join(done.stdout.split())
+    assert "A one-node job on the memory backend is read" in text, done.stdout
+    assert "in the directory the job ran from" in text, done.stdout

@@ -408,6 +408,10 @@ def status(
     A closed job says whether it succeeded or failed (exit 0 either way; 1 when the backend
     holds nothing under the run id). --watch redraws the table until the job ends (on a
     terminal in place; otherwise each change is printed); --json prints the same as JSON.
+
+    A one-node job on the memory backend is read from the status.json its agent writes: plain
+    `rallypoint status`, in the directory the job ran from, shows the newest job under
+    agent.log_dir (--run-id picks one).
     """
     from rallypoint.agent.config import NodesSection
     from rallypoint.agent.status_view import render, snapshot

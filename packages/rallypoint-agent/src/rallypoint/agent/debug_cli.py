@@ -48,6 +48,10 @@ def stacks(
     worker stuck in C code answers too), their last collectives and their process states.
     Identical stacks are folded into one with their ranks; the odd ones come first, with host
     and pid. Exit 0 when every node answered, 1 otherwise.
+
+    A one-node job on the memory backend is read on its machine: plain `rallypoint debug
+    stacks`, in the directory the job ran from, finds the newest job under agent.log_dir
+    (--run-id picks one).
     """
     from rallypoint.agent.cli import _resolve
     from rallypoint.agent.debug_report import flatten, render
