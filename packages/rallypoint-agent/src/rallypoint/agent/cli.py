@@ -414,12 +414,13 @@ def status(
     agent.log_dir (--run-id picks one).
     """
     from rallypoint.agent.config import NodesSection
+    from rallypoint.agent.looking import looking_only
     from rallypoint.agent.status_view import render, snapshot
     from rallypoint.agent.torchrun_flags import endpoint_value
     from rallypoint.core.cli import plugin_manager
     from rallypoint.core.commands import _parse_set
     from rallypoint.rendezvous.config import RendezvousSection
-    from rallypoint.rendezvous.errors import RendezvousStateError
+    from rallypoint.rendezvous.errors import RendezvousBackendError, RendezvousStateError
     from rallypoint.rendezvous.factory import backend_record, open_backend
 
     overrides: list[tuple[str, Any, str]] = []
@@ -439,12 +440,13 @@ def status(
         return _status_from_file(resolved, section.run_id, as_json, watch, interval, limits="")
     if not section.run_id:
         raise click.UsageError("give the job's run id: --run-id ID (or rendezvous.run_id in the job file)")
-    if selection.options is not None and "read_only" in type(selection.options).model_fields:  # status only reads
-        selection = replace(selection, options=selection.options.model_copy(update={"read_only": True}))
+    selection = looking_only(selection)  # status only reads, and never hosts the job's rendezvous server
     limits = f" (min {nodes.min}, max {nodes.max_nodes})" if job_file else ""
     run = section.run_id
     if watch:
         return _watch(_reader(selection, run), as_json, interval, limits)
+    if _ended_here(resolved, run):  # a run id is used once: the job this agent served has ended
+        return _status_from_file(resolved, run, as_json, watch=False, interval=interval, limits=limits)
     try:
         snap = snapshot(open_backend(selection, run), run)
         missing = f"run {run!r}: no rendezvous state (not started, or another backend/endpoint)"
@@ -452,6 +454,10 @@ def status(
         if not as_json:
             raise
         snap, missing = None, str(exc)
+    except RendezvousBackendError:  # nothing answers: a server its agent hosted ended with the job
+        if _status_file(resolved, run)[0] is None:
+            raise
+        snap = None
     if snap is None and _status_file(resolved, run)[0] is not None:  # its agent served the state, and ended
         return _status_from_file(resolved, run, as_json, watch=False, interval=interval, limits=limits)
     if snap is None:
@@ -459,6 +465,15 @@ def status(
         return 1
     click.echo(json.dumps(snap, indent=2) if as_json else render(snap, limits))
     return 0
+
+
+def _ended_here(resolved: ResolvedConfig, run_id: str) -> bool:
+    """Whether the ``status.json`` of ``run_id`` under ``agent.log_dir`` says the job ended."""
+    from rallypoint.agent.status_file import read
+
+    path, _ = _status_file(resolved, run_id)
+    snap = read(path) if path is not None else None
+    return bool(snap and snap.get("closed"))
 
 
 def _status_file(resolved: ResolvedConfig, run_id: str | None) -> tuple[Path | None, list[Path]]:
@@ -511,18 +526,20 @@ def _status_from_file(
 def _reader(selection: Any, run_id: str) -> Any:
     """``--watch``'s read: ``None`` until the job's rendezvous state exists (a job not started yet)."""
     from rallypoint.agent.status_view import snapshot
-    from rallypoint.rendezvous.errors import RendezvousStateError
+    from rallypoint.rendezvous.errors import RendezvousBackendError, RendezvousStateError
     from rallypoint.rendezvous.factory import open_backend
 
     opened: list[Any] = []
 
     def read() -> Any:
-        if not opened:
-            try:
+        try:
+            if not opened:
                 opened.append(open_backend(selection, run_id))
-            except RendezvousStateError:  # read-only backends refuse a run that has no state yet
-                return None
-        return snapshot(opened[0], run_id)
+            return snapshot(opened[0], run_id)
+        except RendezvousStateError:  # read-only backends refuse a run that has no state yet
+            return None
+        except RendezvousBackendError:  # no server yet: the agent that hosts it has not started
+            return None
 
     return read
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import socket
 import time
-from dataclasses import replace
 from typing import Any
 
 import click
@@ -56,6 +55,7 @@ def stacks(
     from rallypoint.agent.cli import _resolve
     from rallypoint.agent.debug_report import flatten, render
     from rallypoint.agent.debug_service import alive_nodes, gather, request
+    from rallypoint.agent.looking import looking_only
     from rallypoint.agent.torchrun_flags import endpoint_value
     from rallypoint.core.cli import plugin_manager
     from rallypoint.core.commands import _parse_set
@@ -80,10 +80,9 @@ def stacks(
     if not section.run_id:
         raise click.UsageError("give the job's run id: --run-id ID (or rendezvous.run_id in the job file)")
     started = time.monotonic()
-    looking = selection
-    if selection.options is not None and "read_only" in type(selection.options).model_fields:
-        # a mistyped path or run id creates nothing: look first, write the request only to a running job
-        looking = replace(selection, options=selection.options.model_copy(update={"read_only": True}))
+    # a mistyped path or run id creates nothing: look first, write the request only to a running job;
+    # and never host the job's rendezvous server (grpc, c10d)
+    looking, selection = looking_only(selection), looking_only(selection, read_only=False)
     try:
         expect = alive_nodes(open_backend(looking, section.run_id))
     except RendezvousStateError as exc:
