@@ -181,4 +181,4 @@ def test_debug_stacks_names_the_rank_that_never_sent_what_another_waits_to_recei
         f"rank 1 (host {host}, pid {workers[1]['pid']}) never sent it: wait <- hang.py:{line_of('return q.get()')}"
     )
     assert expected in diagnosis, text.stdout
-    assert diagnosis.startswith("diagnosis: rank 0 wait in all_reduce #3 (group default, float32[4]); "), text.stdout
+    assert diagnosis.startswith("diagnosis: rank 0 waits in all_reduce #3 (group default, float32[4]); "), text.stdout

@@ -172,6 +172,23 @@ def test_console_block_prints_what_it_quotes(block: Block, tmp_path: Path) -> No
             pytest.fail(f"{where}: `{step.command}` printed something else than the page quotes:\n{diff}")
 
 
+#: Languages of blocks that quote commands or output without being run.
+_QUOTING = ("text", "bash", "shell", "sh", "")
+
+
+def quotes_a_session(block: Block) -> bool:
+    """Whether a block that is not ``console`` quotes a session: a ``$ `` command or an error line first."""
+    first = next((line for line in block.text.splitlines() if line.strip()), "")
+    return first.startswith(("$ ", "error:", "Error:"))
+
+
+def test_quoted_sessions_are_console_blocks() -> None:
+    # A command with its output, or what a command printed, in a `text` block is not run: it
+    # drifts unseen. It belongs in a `console` block, or is marked with the reason it cannot run.
+    unrun = [block.where for lang in _QUOTING for block in blocks(lang) if not block.skip and quotes_a_session(block)]
+    assert not unrun, f"quoted output that no test runs: make these console blocks, or mark them skipped: {unrun}"
+
+
 def test_the_notation() -> None:
     quoted = ["start <any> ms", "...", "done"]
     assert output_matches(quoted, "start 12.5 ms\nline\nline\ndone\n")

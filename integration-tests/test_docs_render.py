@@ -1,4 +1,5 @@
-"""The docs pages render as written (#41): no literal backslash before a pipe in a table's code.
+"""The docs pages render as written (#41): no literal backslash before a pipe in a table's code, and
+no list item shown as text because the paragraph before it swallowed it.
 
 Python-Markdown (what mkdocs uses) keeps a pipe inside a code span as text, so ``\\|`` there is
 shown with its backslash (``N\\|auto``). Every page is rendered with the Markdown extensions
@@ -37,6 +38,20 @@ def test_no_code_in_the_docs_shows_an_escaped_pipe(page) -> None:
     html = markdown.markdown(page.read_text(), extensions=names, extension_configs=options)
     bad = [code for code in _CODE.findall(html) if "\\|" in code]
     assert not bad, f"{page.relative_to(ROOT)}: code renders a literal backslash before '|' (write '|'): {bad}"
+
+
+_PRE = re.compile(r"<pre\b.*?</pre>", re.S)
+_SWALLOWED_ITEM = re.compile(r"^\s*[-*] (?:<strong>|<code>|[A-Za-z])")
+
+
+@pytest.mark.parametrize("page", doc_pages(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_list_item_is_swallowed_by_the_paragraph_before_it(page) -> None:
+    # An item that follows an indented block and a paragraph with no blank line between them is
+    # read as that paragraph's next line: the page shows "- **Item**" as text, the list ends early.
+    names, options = _extensions()
+    html = _PRE.sub("", markdown.markdown(page.read_text(), extensions=names, extension_configs=options))
+    bad = [line.strip()[:60] for line in html.splitlines() if _SWALLOWED_ITEM.match(line)]
+    assert not bad, f"{page.relative_to(ROOT)}: list items rendered as text (a blank line is missing before): {bad}"
 
 
 def test_the_readme_counts_the_runs_of_the_test_command() -> None:

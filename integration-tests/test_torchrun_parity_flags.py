@@ -138,6 +138,13 @@ def test_rdzv_conf_takes_the_heartbeat_keys_of_the_torch_adapter(conf, shown, tm
     assert shown in output, output
 
 
+def test_the_help_of_rdzv_conf_names_the_heartbeat_keys() -> None:
+    # the migration page lists them; `rallypoint run --help` named keep_alive_interval only
+    (flag,) = [f for f in TORCHRUN_FLAGS if "--rdzv-conf" in f.names]
+    for key in ("heartbeat_interval", "heartbeat_timeout", "keep_alive_interval", "is_host", "read_timeout"):
+        assert key in flag.help, flag.help
+
+
 @pytest.mark.parametrize("name", sorted(REFUSED))
 def test_refused_flags_say_why_and_what_instead(name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     script = tmp_path / "train.py"

@@ -26,6 +26,7 @@ CLI_MESSAGES = (
     "interrupted",
     "options go before the job file",
     "no rendezvous state",
+    "no job found under",  # rallypoint debug stacks of a one-node memory-backend job
     "The system refused a file operation",
 )
 

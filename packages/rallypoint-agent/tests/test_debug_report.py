@@ -58,6 +58,13 @@ def test_identical_stacks_fold_and_the_odd_one_comes_first_with_host_and_pid() -
     )
 
 
+def test_one_rank_waiting_is_said_in_the_singular() -> None:
+    ws = [worker(0, IN_ALL_REDUCE, [*DONE, record(2)]), worker(1, frames(("/job/train.py", 70, "load")), DONE)]
+    for w in ws:
+        w["host"] = "h"
+    assert diagnose(ws).startswith("diagnosis: rank 0 waits in all_reduce #2 (group default, float32[4]); rank 1 ")
+
+
 def test_a_different_op_or_shape_at_the_same_sequence_number_is_a_mismatch() -> None:
     ws = [
         worker(0, IN_ALL_REDUCE, [*DONE, record(2)]),

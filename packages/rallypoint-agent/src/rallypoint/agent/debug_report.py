@@ -214,7 +214,8 @@ def diagnose(workers: list[dict[str, Any]]) -> str:
     waiting = [w for w in workers if joined(pending[w["rank"]])]
     target = next(p for p in at if (p["op"], p["dtype"], tuple(p["shape"])) == shape)
     ranks = [w["rank"] for w in waiting]
-    line = f"diagnosis: {'rank' if len(ranks) == 1 else 'ranks'} {rank_list(ranks)} wait in {_describe(target)}"
+    who = f"rank {rank_list(ranks)} waits" if len(ranks) == 1 else f"ranks {rank_list(ranks)} wait"
+    line = f"diagnosis: {who} in {_describe(target)}"
     notes = []
     for w in workers:
         if w in waiting:

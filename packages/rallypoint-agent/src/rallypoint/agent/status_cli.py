@@ -9,7 +9,6 @@ backend, c10d served by the agent) from the ``status.json`` that agent writes in
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -20,7 +19,7 @@ from rallypoint.agent.job_from_cli import resolve_running_job, running_job_optio
 if TYPE_CHECKING:
     from rallypoint.core.config import ResolvedConfig
 
-__all__ = ["status"]
+__all__ = ["job_status_file", "status"]
 
 
 @click.command()
@@ -45,12 +44,17 @@ def status(
     A closed job says whether it succeeded or failed (exit 0 either way; 1 when the backend
     holds nothing under the run id). --watch redraws the table until the job ends (on a
     terminal in place; otherwise each change is printed); --json prints the same as JSON.
+
+    A one-node job on the memory backend is read from the status.json its agent writes: plain
+    `rallypoint status`, in the directory the job ran from, shows the newest job under
+    agent.log_dir (--run-id picks one).
     """
     from rallypoint.agent.config import NodesSection
+    from rallypoint.agent.looking import looking_only
     from rallypoint.agent.status_view import render, snapshot
     from rallypoint.core.cli import plugin_manager
     from rallypoint.rendezvous.config import RendezvousSection
-    from rallypoint.rendezvous.errors import RendezvousStateError
+    from rallypoint.rendezvous.errors import RendezvousBackendError, RendezvousStateError
     from rallypoint.rendezvous.factory import backend_record, open_backend
 
     pm = plugin_manager()
@@ -62,12 +66,13 @@ def status(
         return _status_from_file(resolved, section.run_id, as_json, watch, interval, limits="")
     if not section.run_id:
         raise click.UsageError("give the job's run id: --run-id ID (or rendezvous.run_id in the job file)")
-    if selection.options is not None and "read_only" in type(selection.options).model_fields:  # status only reads
-        selection = replace(selection, options=selection.options.model_copy(update={"read_only": True}))
+    selection = looking_only(selection)  # status only reads, and never hosts the job's rendezvous server
     limits = f" (min {nodes.min}, max {nodes.max_nodes})" if job_file else ""
     run = section.run_id
     if watch:
         return _watch(_reader(selection, run), as_json, interval, limits)
+    if _ended_here(resolved, run):  # a run id is used once: the job this agent served has ended
+        return _status_from_file(resolved, run, as_json, watch=False, interval=interval, limits=limits)
     try:
         snap = snapshot(open_backend(selection, run), run)
         missing = f"run {run!r}: no rendezvous state (not started, or another backend/endpoint)"
@@ -75,7 +80,11 @@ def status(
         if not as_json:
             raise
         snap, missing = None, str(exc)
-    if snap is None and _status_file(resolved, run)[0] is not None:  # its agent served the state, and ended
+    except RendezvousBackendError:  # nothing answers: a server its agent hosted ended with the job
+        if job_status_file(resolved, run)[0] is None:
+            raise
+        snap = None
+    if snap is None and job_status_file(resolved, run)[0] is not None:  # its agent served the state, and ended
         return _status_from_file(resolved, run, as_json, watch=False, interval=interval, limits=limits)
     if snap is None:
         click.echo(json.dumps({"run_id": run, "found": False, "error": missing}) if as_json else missing)
@@ -84,7 +93,16 @@ def status(
     return 0
 
 
-def _status_file(resolved: ResolvedConfig, run_id: str | None) -> tuple[Path | None, list[Path]]:
+def _ended_here(resolved: ResolvedConfig, run_id: str) -> bool:
+    """Whether the ``status.json`` of ``run_id`` under ``agent.log_dir`` says the job ended."""
+    from rallypoint.agent.status_file import read
+
+    path, _ = job_status_file(resolved, run_id)
+    snap = read(path) if path is not None else None
+    return bool(snap and snap.get("closed"))
+
+
+def job_status_file(resolved: ResolvedConfig, run_id: str | None) -> tuple[Path | None, list[Path]]:
     """The job's ``status.json`` under ``agent.log_dir`` (``run_id=None``: the newest), and all it matched."""
     from rallypoint.agent.config import AgentSection, JobSection
     from rallypoint.agent.plan import job_name
@@ -102,7 +120,7 @@ def _status_from_file(
     from rallypoint.agent.status_file import read
     from rallypoint.agent.status_view import render
 
-    path, found = _status_file(resolved, run_id)
+    path, found = job_status_file(resolved, run_id)
     if path is None:
         where = resolved.section(AgentSection).log_dir
         missing = (
@@ -134,18 +152,20 @@ def _status_from_file(
 def _reader(selection: Any, run_id: str) -> Any:
     """``--watch``'s read: ``None`` until the job's rendezvous state exists (a job not started yet)."""
     from rallypoint.agent.status_view import snapshot
-    from rallypoint.rendezvous.errors import RendezvousStateError
+    from rallypoint.rendezvous.errors import RendezvousBackendError, RendezvousStateError
     from rallypoint.rendezvous.factory import open_backend
 
     opened: list[Any] = []
 
     def read() -> Any:
-        if not opened:
-            try:
+        try:
+            if not opened:
                 opened.append(open_backend(selection, run_id))
-            except RendezvousStateError:  # read-only backends refuse a run that has no state yet
-                return None
-        return snapshot(opened[0], run_id)
+            return snapshot(opened[0], run_id)
+        except RendezvousStateError:  # read-only backends refuse a run that has no state yet
+            return None
+        except RendezvousBackendError:  # no server yet: the agent that hosts it has not started
+            return None
 
     return read
 

@@ -120,7 +120,8 @@ TORCHRUN_FLAGS: tuple[TorchrunFlag, ...] = (
     _f("--rdzv-id", "Run id shared by every node (rendezvous.run_id); also --run-id.", metavar="ID"),
     _f(
         "--rdzv-conf",
-        "K=V,... : join/last_call/close timeouts, keep_alive_interval, is_host, backend options.",
+        "K=V,... : join/last_call/close timeouts, keep_alive_interval and heartbeat_interval/heartbeat_timeout, "
+        "is_host, read_timeout; other keys are backend options (rendezvous.options.KEY).",
         metavar="K=V,...",
     ),
     _f("--standalone", "Single node, in-process rendezvous (backend memory).", is_flag=True),
