@@ -79,6 +79,26 @@ def test_recorded_calls_are_read_back_with_seq_per_group_and_state(tmp_path: Pat
     assert records[3]["shape"] == []
 
 
+def test_the_default_group_passed_as_itself_is_the_default_group_with_one_sequence(tmp_path: Path) -> None:
+    """DDP passes the default group itself, user code passes None: one collective sequence, named "default"."""
+    hooks = load_hooks()
+    recorder = hooks.FlightRecorder(str(tmp_path / "rank_0.flight"))
+    calls: list[Any] = []
+    dist = fake_distributed(calls)
+    world = types.SimpleNamespace(group_name="0")  # torch names the default group "0"
+    dist.GroupMember = types.SimpleNamespace(WORLD=world)  # type: ignore[attr-defined]
+    hooks.patch_distributed(dist, recorder)
+    dist.all_reduce(Tensor(4), group=world)  # the group itself first (DDP's first bucket)
+    dist.all_reduce(Tensor(1))  # then None (the user's loss)
+    dist.barrier(world)
+    records = read_flight(tmp_path / "rank_0.flight")
+    assert [(r["op"], r["group"], r["seq"]) for r in records] == [
+        ("all_reduce", "default", 0),
+        ("all_reduce", "default", 1),
+        ("barrier", "default", 2),
+    ]
+
+
 class Work:
     """torch's work handle as the hooks see it: ``wait`` and ``is_completed`` (its class gets them wrapped)."""
 

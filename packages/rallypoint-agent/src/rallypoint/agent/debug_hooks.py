@@ -125,8 +125,23 @@ class FlightRecorder:
         self.pending: dict[int, int] = {}  # id(work) -> its record's index, until the work is seen complete
         self.watched: dict[type, bool] = {}  # work classes: whether their wait and is_completed end records
         self.groups: dict[int, list[Any]] = {}  # id(group) -> [name bytes, next seq]
+        self.members: Any = None  # torch.distributed.GroupMember, once patched: its WORLD is the default group
         self.p2p: dict[tuple[int, bool, int], int] = {}  # (id(group), a send, peer) -> next point-to-point seq
         self.batches: dict[int, range] = {}  # first record of a coalesced batch -> its records (one work for all)
+
+    def group_entry(self, group: Any) -> list[Any]:
+        """``group``'s ``[name, next seq]``, made at its first call.
+
+        The default group passed as itself (DDP and torch's own wrappers pass it, user code passes
+        ``None``) shares ``None``'s entry: one sequence, named ``default``, however it is passed.
+        """
+        members = self.members
+        if group is not None and members is not None and group is getattr(members, "WORLD", None):
+            entry = self.groups.get(id(None)) or self.group_entry(None)
+        else:
+            entry = [_group_name(group), 0]
+        self.groups[id(group)] = entry
+        return entry
 
     @property
     def count(self) -> int:
@@ -135,9 +150,7 @@ class FlightRecorder:
 
     def begin(self, op: bytes, group: Any, tensor: Any) -> int:
         """Record a call that starts now; the slot's offset (for :meth:`end`)."""
-        g = self.groups.get(id(group))
-        if g is None:
-            g = self.groups[id(group)] = [_group_name(group), 0]
+        g = self.groups.get(id(group)) or self.group_entry(group)
         seq = g[1]
         g[1] = seq + 1
         t = tensor[0] if type(tensor) is list and tensor else tensor
@@ -339,9 +352,7 @@ def _wrap(recorder: FlightRecorder, name: str, fn: Callable[..., Any]) -> Callab
     def recorded(*args: Any, **kwargs: Any) -> Any:
         n = len(args)
         group = args[gi] if n > gi else kwargs.get("group") if kwargs else None
-        g = groups.get(id(group))
-        if g is None:
-            g = groups[id(group)] = [_group_name(group), 0]
+        g = groups.get(id(group)) or recorder.group_entry(group)
         seq = g[1]
         g[1] = seq + 1
         count = counter[0]
@@ -420,9 +431,7 @@ def _wrap_p2p(recorder: FlightRecorder, name: str, fn: Callable[..., Any], modul
         key = (id(group), send, peer)
         seq = p2p.get(key, 0)
         p2p[key] = seq + 1
-        g = groups.get(id(group))
-        if g is None:
-            g = groups[id(group)] = [_group_name(group), 0]
+        g = groups.get(id(group)) or recorder.group_entry(group)
         shape, dtype = _signature(t)
         count = counter[0]
         counter[0] = count + 1
@@ -494,6 +503,8 @@ def patch_distributed(module: Any, recorder: FlightRecorder) -> None:
     ``isend`` and ``irecv`` are replaced in ``torch.distributed.distributed_c10d`` too, where torch's
     ``send``, ``recv`` and ``batch_isend_irecv`` (and its check of a ``P2POp``'s function) find them.
     """
+    if recorder.members is None:
+        recorder.members = getattr(module, "GroupMember", None)
     for name in COLLECTIVES:
         fn = getattr(module, name, None)
         if fn is None or getattr(fn, "__rallypoint_recorded__", False):
