@@ -64,11 +64,12 @@ def test_two_hosts_run_a_job_on_the_agent_hosted_grpc_server(hosts, tmp_path: Pa
 def test_an_agent_started_long_before_the_one_that_serves_waits_for_it(hosts, tmp_path: Path) -> None:
     """Start order does not matter: an agent waits for the server up to the join timeout.
 
-    The agent on the second host starts 8 s (more than the client's retry_timeout, 5 s) before the
-    agent that serves the rendezvous. It used to exit 1 at its first call, leaving the hosting
-    agent waiting for it for the whole join timeout.
+    The agent on the second host starts, and its first call fails after the client's retry_timeout
+    (5 s): the serving agent starts only once it has said so. It used to exit 1 at its first call,
+    leaving the hosting agent waiting for it for the whole join timeout. (The order is set by that
+    line, not by a sleep: on a loaded machine the early agent's start-up alone can take longer.)
     """
-    import time
+    import threading
 
     net = hosts(2)
     script = tmp_path / "job.py"
@@ -85,16 +86,38 @@ def test_an_agent_started_long_before_the_one_that_serves_waits_for_it(hosts, tm
         return host.popen(argv, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
     early = start(net.hosts[1])
-    time.sleep(8)
-    assert early.poll() is None, early.communicate()[0]
+    early_lines: list[str] = []
+    waiting = threading.Event()
+
+    def read_early() -> None:
+        assert early.stdout is not None
+        for line in early.stdout:
+            early_lines.append(line)
+            if "does not answer yet" in line:
+                waiting.set()
+
+    reader = threading.Thread(target=read_early, daemon=True)
+    reader.start()
+    if not waiting.wait(timeout=90):
+        early.kill()
+        reader.join(timeout=10)
+        raise AssertionError("the early agent never said it waits for the server:\n" + "".join(early_lines))
+    assert early.poll() is None, "".join(early_lines)
     server = start(net.hosts[0])
     outputs = []
     for proc in (early, server):
         try:
-            output, _ = proc.communicate(timeout=120)
+            if proc is early:
+                proc.wait(timeout=120)
+                reader.join(timeout=10)
+                output = "".join(early_lines)
+            else:
+                output, _ = proc.communicate(timeout=120)
         except subprocess.TimeoutExpired:
             proc.kill()
-            output, _ = proc.communicate()
+            proc.wait()
+            reader.join(timeout=10)
+            output = "".join(early_lines) if proc is early else proc.communicate()[0]
         outputs.append(output)
     assert [early.returncode, server.returncode] == [0, 0], outputs
     assert "does not answer yet" in outputs[0], outputs[0]  # it said what it waits for, once
