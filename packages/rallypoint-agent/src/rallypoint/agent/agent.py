@@ -125,6 +125,7 @@ class ElasticAgent:
         self._outcome: Outcome | None = None  # how the current round's workers ended (None: running)
         self._not_shown_said = 0  # console lines not shown since run() began, as last reported
         self._not_shown_before = 0  # ... and the process's count when it began
+        self._log_dir_moved = ""  # said once the rendezvous has accepted this node
         self._debug = DebugService(self.backend, handler.node_id, self.host)  # answers `rallypoint debug stacks`
         self._status: StatusFile | None = None  # set in run() when the job's state lives in this process
         self._kills = (  # serves [timer] watchdog timers, kills the workers whose timers expire
@@ -161,11 +162,15 @@ class ElasticAgent:
         return self._not_shown_said
 
     def _claim_log_dir(self) -> bool:
-        """Take this run's log directory (:func:`~rallypoint.agent.log_dir.claim`), saying where when it moved."""
+        """Take this run's log directory (:func:`~rallypoint.agent.log_dir.claim`).
+
+        When it moved, where to is said once the rendezvous has accepted this node: a run it
+        refuses (a finished run id) starts nothing and leaves no log directory to point at.
+        """
         configured = self.settings.log_dir
         self.log_dir, created = claim(configured, self.settings.run_id, shared=self.handler.settings.max_nodes > 1)
         if self.log_dir != configured:
-            self.say(f"{configured} holds the logs of an earlier run; this run's logs go to {self.log_dir}")
+            self._log_dir_moved = f"{configured} holds the logs of an earlier run; this run's logs go to {self.log_dir}"
         return created
 
     # -- main loop ---------------------------------------------------------------------------
@@ -277,6 +282,9 @@ class ElasticAgent:
         with waiting_line(self.handler, self.console or sys.stderr):
             result = self.handler.next_rendezvous() if lost is None else rejoining.rejoin(self.handler, lost)
         self._contact.touch()
+        if self._log_dir_moved:  # accepted: the run goes on, its logs go there
+            self.say(self._log_dir_moved)
+            self._log_dir_moved = ""
         if lost is not None and lost.first:
             self._lost = None
             self.say(rejoining.reached_message(self._contact.last - lost.started))
