@@ -81,6 +81,11 @@ def test_ddp_averages_gradients_inside_a_context_and_replicas_stay_identical(
     store = dist.HashStore()
     with use_agent(group[0]):
         w_ref = rpc.RRef(torch.randn(4, 3, generator=torch.Generator().manual_seed(1)).requires_grad_())
+    # Each trainer's DDP (and so its Gloo group) outlives both trainers. Freed in a trainer's thread
+    # as it returns, the group joins its worker threads holding the GIL, while a worker thread that
+    # is freeing the last all-reduce's work waits for the GIL (torch 2.13): the whole process hung.
+    # Freed here, after both trainers have returned, its worker threads are idle.
+    keep: list[nn.Module] = []
 
     def trainer(index: int) -> dict[str, Any]:
         with use_agent(group[index + 1]):
@@ -90,6 +95,7 @@ def test_ddp_averages_gradients_inside_a_context_and_replicas_stay_identical(
                 process_group=_gloo_group(dist.PrefixStore("ddp", store), index, 2),
                 gradient_as_bucket_view=bucket_view,
             )
+            keep.append(ddp)
             own_grads, context_grads = [], []
             for step in range(3):
                 with dist_autograd.context() as ctx_id:
