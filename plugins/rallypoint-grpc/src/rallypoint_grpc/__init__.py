@@ -7,7 +7,7 @@ code :mod:`rallypoint_grpc.transport`, :mod:`rallypoint_grpc.endpoints`,
 registers both.
 
 Importing any module of this package first turns gRPC's fork support off for the process
-(``GRPC_ENABLE_FORK_SUPPORT=0``, unless the environment already sets it), before :mod:`grpc` is
+(``GRPC_ENABLE_FORK_SUPPORT=0``, unless the environment already sets it), before ``grpc`` is
 imported. The agent starts workers with ``fork`` and ``exec`` (its ``preexec_fn`` sets the
 parent-death signal), and the agent may host the rendezvous server and hold watch streams while
 it does. With fork support on, gRPC's fork handlers restart its event-engine threads in the

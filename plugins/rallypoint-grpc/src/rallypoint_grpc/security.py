@@ -82,7 +82,7 @@ class SecurityOptions(BaseModel):
         >>> try:
         ...     Options(endpoint="node0:29400", tls_cert="node.pem")
         ... except ValidationError as exc:
-        ...     print(exc.errors()[0]["msg"])
+        ...     print(exc.errors()[0].get("msg"))
         Value error, tls_cert and tls_key go together
     """
 

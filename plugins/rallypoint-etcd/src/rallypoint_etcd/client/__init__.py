@@ -24,7 +24,7 @@ One module per job, in the order etcd's own API groups them:
 Errors: :class:`Unavailable` when no endpoint answered (the caller retries), :class:`LeaseGone`
 when a lease expired, :class:`EtcdRequestError` for anything else (refused, bad request).
 
-Importing this package first sets gRPC's process settings, before :mod:`grpc` is imported (every
+Importing this package first sets gRPC's process settings, before ``grpc`` is imported (every
 module of the package imports ``etcd3``, which imports ``grpc``).
 """
 
