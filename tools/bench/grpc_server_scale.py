@@ -332,17 +332,25 @@ def _torch(nodes: int) -> dict[str, Any]:
 
 
 def _chart(rounds: list[dict[str, Any]], torch: list[dict[str, Any]], caption: str) -> str:
-    cpu = {"rallypoint grpc: server CPU per node": [(r["nodes"], r["server_cpu_s"] / r["nodes"] * 1e3) for r in rounds]}
+    """The chart of ``--plot``: server CPU per node and round wall time against N, on log scales.
+
+    A round whose server CPU reads 0 (less than one clock tick, 10 ms: a small round) has no
+    place on a log scale and is left out of the CPU panel, which the caption says.
+    """
+    measured = [r for r in rounds if r["server_cpu_s"] > 0]
+    below = [r["nodes"] for r in rounds if r["server_cpu_s"] <= 0]
     wall: dict[str, list[tuple[float, float]]] = {"rallypoint grpc": [(r["nodes"], r["wall_s"]) for r in rounds]}
     if torch:
         wall["torch c10d"] = [(t["nodes"], t["wall_s"]) for t in torch]
-    return log_log_chart(
-        [
-            Panel("Server CPU per node", "ms of CPU per node", cpu),
-            Panel("Round wall time", "seconds, release to last return", wall),
-        ],
-        caption=caption,
-    )
+    panels = [Panel("Round wall time", "seconds, release to last return", wall)]
+    if measured:
+        per_node = [(r["nodes"], r["server_cpu_s"] / r["nodes"] * 1e3) for r in measured]
+        cpu: dict[str, list[tuple[float, float]]] = {"rallypoint grpc: server CPU per node": per_node}
+        panels.insert(0, Panel("Server CPU per node", "ms of CPU per node", cpu))
+    if below:
+        sizes = ", ".join(str(n) for n in below)
+        caption += f" (server CPU below one clock tick at N = {sizes}: not drawn)"
+    return log_log_chart(panels, caption=caption)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -78,3 +78,26 @@ def test_bad_arguments_exit_2(args: list[str], named: str) -> None:
     proc = subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2
     assert named in proc.stderr
+
+
+def test_a_round_whose_server_cpu_reads_zero_is_left_out_of_the_cpu_panel() -> None:
+    """Server CPU is read in clock ticks (10 ms): a small round can read 0, which a log scale cannot draw."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("_grpc_server_scale", SCRIPT)
+    assert spec is not None
+    assert spec.loader is not None
+    sys.path.insert(0, str(SCRIPT.parents[2]))
+    try:
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(SCRIPT.parents[2]))
+    rounds = [{"nodes": 8, "server_cpu_s": 0.0, "wall_s": 0.03}, {"nodes": 16, "server_cpu_s": 0.01, "wall_s": 0.05}]
+    svg = module._chart(rounds, [], "test")
+    ET.fromstring(svg)  # well-formed
+    assert "Server CPU per node" in svg
+    assert "below one clock tick at N = 8" in svg
+    only_zero = module._chart(rounds[:1], [], "test")
+    assert "Server CPU per node" not in only_zero
+    assert "Round wall time" in only_zero
