@@ -134,7 +134,7 @@ def test_with_torch_preloaded_the_store_is_served_before_the_workers_and_scancel
 
 
 def test_a_requeued_job_resumes_from_the_notice_checkpoint_under_the_same_run_id(slurm: Any, tmp_path: Path) -> None:
-    """The warning (USR2): workers checkpoint, agents exit 75, the documented script requeues; then scontrol requeue."""
+    """The warning (USR2): workers checkpoint, agents exit 75, the documented script requeues; then a SIGTERM notice."""
     cluster = slurm(3)
     train = ("--steps", "80", "--ckpt-every", "1000", "--step-time", "0.1", "--checkpoint-on-preemption")
     job = SlurmDdpJob(cluster, tmp_path, nodes=3, train=train, sbatch=["--requeue", "--open-mode=append"])
@@ -145,7 +145,9 @@ def test_a_requeued_job_resumes_from_the_notice_checkpoint_under_the_same_run_id
     job.requeued(1)  # by the batch script, on the agents' exit code 75
     first = job.resumed(1)
     job.wait_step(first[0]["resumed"] + 8)
-    cluster.client(["scontrol", "requeue", str(job.job_id)])  # SIGTERM: the agents stop, and exit 75
+    # SIGTERM to the job's steps: the agents stop and exit 75, the batch script requeues. (scontrol requeue
+    # signals the batch step too, and srun answers its SIGTERM by killing its tasks: the checkpoint would race it)
+    cluster.client(["scancel", "--signal=TERM", str(job.job_id)])
     job.requeued(2)
     second = job.resumed(2)
     state = job.wait_end(timeout=120)
